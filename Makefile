@@ -1,0 +1,26 @@
+# Quick start: `make demo` and `make test` each set up .venv on first use, then run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch 2.13.0 is pinned: it resolves to the CPU build on this machine kind.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/draftverify demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

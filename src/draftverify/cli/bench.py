@@ -1,0 +1,21 @@
+"""`draftverify bench NAME`: benchmarks that print JSON and a table.
+
+Each benchmark is a module ``draftverify.bench.<module>`` with ``add_arguments(parser)`` and
+``run(args) -> int``; add yours to ``_BENCHES``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+_BENCHES: dict[str, tuple[str, str]] = {}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("bench", help="run a benchmark (prints JSON and a table)")
+    benches = parser.add_subparsers(dest="bench", required=True)
+    for name, (module_name, help_text) in _BENCHES.items():
+        module = importlib.import_module(f"draftverify.bench.{module_name}")
+        bench_parser = benches.add_parser(name, help=help_text)
+        module.add_arguments(bench_parser)
+        bench_parser.set_defaults(func=module.run)

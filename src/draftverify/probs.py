@@ -1,0 +1,98 @@
+"""Probability vectors: validation, warping (temperature, top-k, top-p) and small helpers.
+
+Validation never renormalises or clips: a distribution that is wrong is an error, reported with
+what is wrong and where.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = [
+    "as_tensor",
+    "check_distributions",
+    "sum_tolerance",
+    "warp",
+    "total_variation",
+]
+
+_FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+def sum_tolerance(dtype: torch.dtype) -> float:
+    """Largest |sum - 1| accepted for a row of this dtype."""
+    return 1e-4 if dtype == torch.float32 else 1e-6
+
+
+def as_tensor(x, name: str) -> torch.Tensor:
+    """A torch tensor view of ``x`` (numpy arrays are accepted and not copied when possible)."""
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    raise ValueError(f"{name}: expected a torch.Tensor or numpy array, got {type(x).__name__}")
+
+
+def check_distributions(probs: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` unless every row along the last axis is a probability vector:
+    float32/float64, finite, non-negative, summing to one within :func:`sum_tolerance`."""
+    if probs.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"{name}: dtype must be float32 or float64, got {probs.dtype}")
+    if probs.numel() == 0:
+        raise ValueError(f"{name}: empty tensor of shape {tuple(probs.shape)}")
+    sums = probs.sum(dim=-1)  # NaN and inf propagate into the sums
+    if not bool(torch.isfinite(sums).all()):
+        raise ValueError(f"{name}: contains NaN or infinite entries")
+    if bool((probs.amin() < 0)):
+        raise ValueError(f"{name}: contains negative entries")
+    error = (sums - 1).abs()
+    worst = float(error.max())
+    if worst > sum_tolerance(probs.dtype):
+        index = tuple(int(i) for i in np.unravel_index(int(error.argmax()), tuple(sums.shape)))
+        raise ValueError(
+            f"{name}: rows must sum to 1 (row {index} sums to {float(sums[index]):.8g}; "
+            f"tolerance {sum_tolerance(probs.dtype):g}); nothing is renormalised for you"
+        )
+
+
+def warp(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """Logits ``[..., V]`` -> probabilities after temperature, top-k then top-p (nucleus).
+
+    ``temperature == 0`` gives the one-hot argmax (ties to the lowest index, as ``torch.argmax``).
+    The same warping must be applied to draft and target: verifiers are exact for the warped target.
+    """
+    if not (temperature >= 0 and np.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not (0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    logits = logits.to(torch.float32) if logits.dtype not in _FLOAT_DTYPES else logits
+    if temperature == 0:
+        index = logits.argmax(dim=-1, keepdim=True)
+        return torch.zeros_like(logits).scatter_(-1, index, 1.0)
+    scores = logits / temperature
+    if top_k is not None and top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]  # [..., 1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if top_p is not None and top_p < 1:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p: drop a token when the mass before it does
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """TV distance along the last axis: 1/2 sum |a - b| (= 1 - sum min(a, b))."""
+    return 0.5 * (a - b).abs().sum(dim=-1)

@@ -1,0 +1,58 @@
+"""Random draws for verifiers and decoding loops.
+
+Every verifier draws its randomness through the two functions here, passing the caller's
+``generator``. A generator is a ``torch.Generator`` (or ``None`` for torch's default), or a
+:class:`BranchingSource`: an object that, instead of drawing, decides which branch to follow.
+``draftverify.testing.exact_law`` uses one to replay a verifier over every branch and compute its
+exact output law, so any verifier that draws only through this module can be checked by
+enumeration as well as by sampling.
+
+Uniforms are float64: float32 uniforms can be exactly 0 and would accept a zero-probability event.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["BranchingSource", "bernoulli", "categorical"]
+
+
+class BranchingSource:
+    """A source of choices rather than of random numbers (used for exact enumeration)."""
+
+    def bernoulli(self, probs: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def categorical(self, weights: torch.Tensor) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+Source = "torch.Generator | BranchingSource | None"
+
+
+def bernoulli(probs: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> torch.Tensor:
+    """Independent coin flips: ``out[i]`` is True with probability ``probs[i]`` (clamped to [0, 1]
+    only against float rounding of already valid probabilities)."""
+    if isinstance(generator, BranchingSource):
+        return generator.bernoulli(probs)
+    u = torch.rand(probs.shape, generator=generator, dtype=torch.float64)  # [n] in [0, 1)
+    return u < probs.to(torch.float64)
+
+
+def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> int:
+    """One index drawn with probability proportional to the non-negative ``weights`` [V].
+
+    The weights need not be normalised (residuals are passed as they are). Inverse CDF in float64:
+    an index with zero weight is never returned. Raises ``ValueError`` when all weights are zero.
+    """
+    if isinstance(generator, BranchingSource):
+        return generator.categorical(weights)
+    cdf = torch.cumsum(weights.to(torch.float64), dim=-1)  # [V]
+    total = cdf[-1]
+    if not total > 0:
+        raise ValueError("categorical: all weights are zero (nothing to sample)")
+    u = torch.rand((), generator=generator, dtype=torch.float64) * total
+    index = int(torch.searchsorted(cdf, u, right=True))
+    if index >= cdf.numel():  # u * total rounded up to total: take the last index with weight
+        index = int(torch.nonzero(weights > 0)[-1])
+    return index

@@ -1,0 +1,200 @@
+"""The verifier contract, its input validation, and the registry of verifiers by name.
+
+Terms used by every verifier (defined once here):
+
+- *draft tokens*: ``draft_tokens[k, i]`` is token i + 1 of draft k, sampled from
+  ``draft_probs[k, i]`` = D(. | prefix, draft_tokens[k, :i]).
+- *target conditionals*: ``target_probs[k, i]`` = T(. | prefix, draft_tokens[k, :i]) for
+  i = 0..L: row L is the target's conditional after the whole draft.
+- *accepted tokens*: the draft prefix the verifier keeps.
+- *correction token*: drawn from a residual distribution after a rejection.
+- *bonus token*: drawn from ``target_probs[k, L]`` when the whole draft is accepted.
+
+A call returns the accepted tokens followed by exactly one correction or bonus token, so every call
+commits at least one token. An exact verifier leaves the law of the decoded sequence equal to the
+target's, across calls of the ordinary decoding loop (passing ``state`` along).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ..probs import as_tensor, check_distributions
+from ..rng import BranchingSource
+
+__all__ = [
+    "VerifyResult",
+    "VerifierInfo",
+    "Verifier",
+    "register",
+    "get_verifier",
+    "verifiers",
+    "check_inputs",
+]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What one verification call commits.
+
+    ``tokens`` = accepted draft prefix + one correction or bonus token; ``num_accepted`` = length of
+    that prefix; ``draft_index`` = the draft row the prefix came from; ``state`` = what the next call
+    of the same decoding must receive (None for stateless verifiers).
+    """
+
+    tokens: list[int]
+    num_accepted: int
+    draft_index: int
+    state: Any = None
+
+
+@dataclass(frozen=True)
+class VerifierInfo:
+    name: str
+    description: str
+    exact: bool
+    multi_draft: bool
+    options: tuple[str, ...]
+
+
+class Verifier(ABC):
+    """Base class: subclasses are frozen dataclasses whose fields are the verifier's options.
+
+    ``verify`` validates the inputs (see :func:`check_inputs`) and calls ``_verify`` with tensors of
+    shapes ``[K, L]``, ``[K, L, V]`` and ``[K, L + 1, V]``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    exact: ClassVar[bool]
+    multi_draft: ClassVar[bool] = False
+
+    def verify(
+        self,
+        draft_tokens,
+        draft_probs,
+        target_probs,
+        generator: torch.Generator | BranchingSource | None = None,
+        state: Any = None,
+    ) -> VerifyResult:
+        tokens, draft, target = check_inputs(
+            draft_tokens, draft_probs, target_probs, multi_draft=self.multi_draft
+        )
+        return self._verify(tokens, draft, target, generator, state)
+
+    @abstractmethod
+    def _verify(
+        self,
+        draft_tokens: torch.Tensor,  # [K, L] int64
+        draft_probs: torch.Tensor,  # [K, L, V]
+        target_probs: torch.Tensor,  # [K, L + 1, V]
+        generator: torch.Generator | BranchingSource | None,
+        state: Any,
+    ) -> VerifyResult: ...
+
+
+_REGISTRY: dict[str, type[Verifier]] = {}
+
+
+def register(cls: type[Verifier]) -> type[Verifier]:
+    """Class decorator: make ``cls`` available to :func:`get_verifier` under ``cls.name``."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"verifier {cls.__name__} must be a dataclass (its fields are its options)")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"verifier name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _ensure_loaded() -> None:
+    # importing the families registers them
+    from . import block, token  # noqa: F401
+
+    try:
+        from . import multidraft  # noqa: F401
+    except ImportError:  # the multi-draft family is optional until it lands
+        pass
+
+
+def get_verifier(name: str, **options: Any) -> Verifier:
+    """The verifier registered as ``name``, configured with ``options``.
+
+    Unknown names and options raise ``ValueError`` listing what exists.
+    """
+    _ensure_loaded()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    cls = _REGISTRY[name]
+    allowed = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "no options"
+        raise ValueError(f"verifier {name!r} does not take option(s) {', '.join(unknown)}; it takes {takes}")
+    return cls(**options)
+
+
+def verifiers() -> list[VerifierInfo]:
+    """Every registered verifier: name, one-line description, exactness, multi-draft, options."""
+    _ensure_loaded()
+    return [
+        VerifierInfo(
+            name=cls.name,
+            description=cls.description,
+            exact=cls.exact,
+            multi_draft=cls.multi_draft,
+            options=tuple(f.name for f in dataclasses.fields(cls) if f.init),
+        )
+        for cls in sorted(_REGISTRY.values(), key=lambda c: c.name)
+    ]
+
+
+def check_inputs(
+    draft_tokens, draft_probs, target_probs, *, multi_draft: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Validate the contract's arrays; return them as tensors (tokens as int64).
+
+    Raises ``ValueError`` for: wrong rank or shape, V mismatch, non-integer tokens, tokens outside
+    [0, V), float dtype mismatch, NaN/inf/negative entries, rows not summing to one, a drafted token
+    with zero draft probability, and K > 1 for a single-draft verifier.
+    """
+    tokens = as_tensor(draft_tokens, "draft_tokens")
+    draft = as_tensor(draft_probs, "draft_probs")
+    target = as_tensor(target_probs, "target_probs")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"draft_tokens: expected an integer tensor, got {tokens.dtype}")
+    if tokens.dim() != 2:
+        raise ValueError(f"draft_tokens: expected shape [K, L], got {tuple(tokens.shape)}")
+    num_drafts, length = tokens.shape
+    if num_drafts < 1 or length < 1:
+        raise ValueError(f"draft_tokens: need K >= 1 and L >= 1, got shape {tuple(tokens.shape)}")
+    if not multi_draft and num_drafts != 1:
+        raise ValueError(f"single-draft verifier given K = {num_drafts} drafts; use a multi-draft verifier")
+    if draft.dim() != 3 or tuple(draft.shape[:2]) != (num_drafts, length):
+        raise ValueError(f"draft_probs: expected shape [K={num_drafts}, L={length}, V], got {tuple(draft.shape)}")
+    vocab = draft.shape[2]
+    if tuple(target.shape) != (num_drafts, length + 1, vocab):
+        raise ValueError(
+            f"target_probs: expected shape [K={num_drafts}, L+1={length + 1}, V={vocab}] "
+            f"(V from draft_probs), got {tuple(target.shape)}"
+        )
+    if draft.dtype != target.dtype:
+        raise ValueError(f"dtype mismatch: draft_probs is {draft.dtype}, target_probs is {target.dtype}")
+    check_distributions(draft, "draft_probs")
+    check_distributions(target, "target_probs")
+    tokens = tokens.to(torch.int64)
+    if bool((tokens < 0).any()) or bool((tokens >= vocab).any()):
+        raise ValueError(f"draft_tokens: token ids must lie in [0, V={vocab})")
+    drafted = draft.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [K, L]
+    if bool((drafted <= 0).any()):
+        k, i = (int(v) for v in torch.nonzero(drafted <= 0)[0])
+        raise ValueError(
+            f"draft_tokens[{k}, {i}] = {int(tokens[k, i])} has zero draft probability: "
+            "it cannot have been sampled from draft_probs"
+        )
+    return tokens, draft, target
+
