@@ -1,0 +1,128 @@
+"""Token-level verifiers for one draft: ``sd``, ``greedy`` and ``submaximal``.
+
+Each position i is tested on its own, left to right; the first rejection emits a correction token
+from a residual and ends the call; when all L drafted tokens pass, a bonus token is drawn from the
+target's conditional after the draft (row L).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import rng
+from .base import Verifier, VerifyResult, register
+
+__all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain"]
+
+
+def token_chain(
+    draft_tokens: torch.Tensor,  # [L]
+    draft_probs: torch.Tensor,  # [L, V]
+    target_probs: torch.Tensor,  # [L + 1, V]
+    withheld: float,
+    generator,
+) -> tuple[list[int], int]:
+    """Token-level speculative sampling with a share ``withheld`` = lambda of the overlap withheld.
+
+    Seed 000, Proposition 3.2 (in target/draft notation): with c = min(D, T), r = (T - D)_+ and
+    sigma = lambda c, accept the drafted x with probability (1 - lambda) c(x) / D(x), otherwise emit
+    z ~ (r + sigma) / (TV + eps), eps = sum sigma. lambda = 0 is Leviathan et al. (2023),
+    Algorithm 1 (seed 002): accept with min(1, T/D), correct from norm((T - D)_+).
+
+    Every position's emitted token has law c - sigma + r + sigma = T, so the chain is exact; the
+    rejection probability is TV + eps: the extra rejections over lambda = 0 are exactly eps.
+    Returns (tokens, number accepted).
+    """
+    length = draft_tokens.shape[0]
+    at = draft_tokens.unsqueeze(-1)  # [L, 1]
+    draft_at = draft_probs.gather(-1, at).squeeze(-1)  # [L]  D(x_i | x^{i-1}) > 0
+    target_at = target_probs[:length].gather(-1, at).squeeze(-1)  # [L]  T(x_i | x^{i-1})
+    accept_prob = (1.0 - withheld) * torch.clamp(target_at / draft_at, max=1.0)  # [L]
+    accepted = rng.bernoulli(accept_prob, generator)  # [L] bool
+    rejected = torch.nonzero(~accepted)
+    n = int(rejected[0]) if rejected.numel() else length
+    tokens = draft_tokens[:n].tolist()
+    if n == length:
+        tokens.append(rng.categorical(target_probs[length], generator))  # bonus token
+        return tokens, n
+    target_row, draft_row = target_probs[n], draft_probs[n]  # [V]
+    overlap = torch.minimum(target_row, draft_row)
+    residual = torch.clamp(target_row - draft_row, min=0.0) + withheld * overlap  # r + sigma
+    if not bool(residual.sum() > 0):
+        # T == D to float precision: a rejection had probability 0 and happened by rounding
+        residual = target_row
+    tokens.append(rng.categorical(residual, generator))  # correction token
+    return tokens, n
+
+
+@register
+@dataclass(frozen=True)
+class SpeculativeSampling(Verifier):
+    """``sd``: token-level speculative sampling with residual and bonus token.
+
+    Leviathan, Kalman & Matias (2023) Algorithm 1; Chen et al. (2023); seed 002 (its p is our
+    target, q our draft); seed 000 Algorithm 1 (its p is our draft, q our target; line 5 there must
+    sample X_i given the already drafted tokens). Exact.
+    """
+
+    name = "sd"
+    description = "token-level speculative sampling: accept min(1, T/D), residual (T - D)+, bonus token"
+    exact = True
+
+    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
+        tokens, n = token_chain(draft_tokens[0], draft_probs[0], target_probs[0], 0.0, generator)
+        return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
+
+
+@register
+@dataclass(frozen=True)
+class SubmaximalCoupling(Verifier):
+    """``submaximal``: a sub-maximal coupling with rejection-correction (seed 000, Proposition 3.2).
+
+    Option ``fraction`` = lambda in [0, 1], the share of the overlap min(T, D) withheld from
+    acceptance and returned through the correction distribution. Exact for every lambda; the
+    rejection probability per position is TV(T, D) + eps with eps = lambda (1 - TV), i.e. the extra
+    (algorithmic) rejections over ``sd`` equal the sum of the epsilons. lambda = 0 is ``sd``;
+    lambda = 1 never accepts and samples every token from the target.
+    """
+
+    name = "submaximal"
+    description = "sub-maximal coupling: withhold a fraction of the overlap, correct exactly (seed 000 Prop. 3.2)"
+    exact = True
+    fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= float(self.fraction) <= 1.0):
+            raise ValueError(f"submaximal: fraction must lie in [0, 1], got {self.fraction}")
+
+    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
+        tokens, n = token_chain(
+            draft_tokens[0], draft_probs[0], target_probs[0], float(self.fraction), generator
+        )
+        return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
+
+
+@register
+@dataclass(frozen=True)
+class GreedyMatch(Verifier):
+    """``greedy``: verification for temperature 0.
+
+    Accept while the drafted token is the target's argmax; the extra token is the argmax at the
+    first mismatch (or after the draft). The output is identical to greedy decoding of the target
+    (ties go to the lowest token id, as ``torch.argmax``). Deterministic: ``generator`` is unused.
+    """
+
+    name = "greedy"
+    description = "temperature 0: accept while the draft matches the target argmax; output = greedy target"
+    exact = True
+
+    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
+        best = target_probs[0].argmax(dim=-1)  # [L + 1]
+        length = draft_tokens.shape[1]
+        mismatch = torch.nonzero(draft_tokens[0] != best[:length])
+        n = int(mismatch[0]) if mismatch.numel() else length
+        tokens = draft_tokens[0, :n].tolist() + [int(best[n])]
+        return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
