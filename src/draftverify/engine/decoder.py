@@ -1,0 +1,236 @@
+"""The decoding loop: draft -> score -> verify -> commit -> crop, for a batch of prompts.
+
+One speculative step for R active prompts, K drafts of length L:
+
+1. draft: replicate each prompt's draft cache K times; feed the tokens it has not seen (1, or 2
+   after a fully accepted draft), then L - 1 drafted tokens, one batched forward per position for
+   all R K rows; sample each row's next token from the warped draft distribution;
+2. target: replicate the target cache K times and score the pending token plus the L drafted
+   tokens of every row in one forward: warped target conditionals ``[R K, L + 1, V]``;
+3. verify each prompt's K rows (``state`` passed from step to step), cut at EOS / stop / limit,
+   commit;
+4. keep the chosen draft row of each unfinished prompt and crop both caches to the committed
+   length: the target holds every committed token but the last, the draft as many as it saw.
+
+Invariant (checked by :meth:`Decoder.check_caches`): each cache row holds a prefix of its
+prompt's committed tokens; the target's is all but the last one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from ..models.base import Cache, LanguageModel
+from ..probs import warp
+from .config import DecodeConfig
+from .stats import StepStats
+from .stopping import Stopper
+
+__all__ = ["Decoder", "RowStep"]
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """What one step committed for prompt ``index``; ``finish_reason`` is None while it goes on."""
+
+    index: int
+    tokens: list[int]
+    stats: StepStats
+    finish_reason: str | None
+
+
+class Decoder:
+    """Decodes a batch of prompts step by step (see the module doc); ``step()`` until ``done``."""
+
+    def __init__(
+        self,
+        target: LanguageModel,
+        draft: LanguageModel | None,
+        prompts: list[list[int]],
+        config: DecodeConfig,
+        *,
+        tokenizer: Any = None,
+        eos_token_id: int | None = None,
+    ):
+        if not prompts:
+            raise ValueError("no prompts given")
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompt {i} is empty: give at least one token")
+            if min(prompt) < 0 or max(prompt) >= target.vocab_size:
+                raise ValueError(f"prompt {i} has token ids outside [0, {target.vocab_size})")
+        if config.speculative:
+            if draft is None:
+                raise ValueError(f"method {config.name!r} needs a draft model")
+            if draft.vocab_size != target.vocab_size:
+                raise ValueError(
+                    f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
+                    f"({target.vocab_size}); draft and target must share one tokenizer"
+                )
+        self.target, self.draft, self.config = target, draft, config
+        self.verifier = config.verifier() if config.speculative else None
+        self.stopper = Stopper(
+            config.max_new_tokens, target.eos_token_id if eos_token_id is None else eos_token_id, config.stop, tokenizer
+        )
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.prompt_lengths = [len(p) for p in prompts]
+        self.committed = [list(p) for p in prompts]
+        self.states: list[Any] = [None] * len(prompts)
+        self.active = list(range(len(prompts)))  # the prompt of each cache row
+        self.target_cache = target.new_cache(len(prompts))
+        self.target_held = [0] * len(prompts)
+        self.draft_cache = draft.new_cache(len(prompts)) if config.speculative else None
+        self.draft_held = [0] * len(prompts)
+
+    @property
+    def done(self) -> bool:
+        return not self.active
+
+    def generated(self, index: int) -> list[int]:
+        return self.committed[index][self.prompt_lengths[index] :]
+
+    def step(self) -> list[RowStep]:
+        """One decoding step for every active prompt."""
+        if self.done:
+            raise ValueError("decoding is finished")
+        return self._speculative_step() if self.config.speculative else self._ar_step()
+
+    # --- the two kinds of step ----------------------------------------------------------------
+    def _ar_step(self) -> list[RowStep]:
+        cfg = self.config
+        start = time.perf_counter()
+        tokens, valid = _pending(self.committed, self.target_held, self.active)
+        logits = self.target.forward(self.target_cache, tokens, valid, 1)[:, 0]  # [R, V]
+        probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        sampled = torch.multinomial(probs, 1, generator=self.generator)[:, 0].tolist()  # [R]
+        seconds = time.perf_counter() - start
+        stats = StepStats(0, 0, 0, 1, 0, 0, 1, 0.0, seconds, 0.0)
+        for p in self.active:
+            self.target_held[p] = len(self.committed[p])
+        return self._commit([[t] for t in sampled], list(range(len(self.active))), [stats] * len(self.active))
+
+    def _speculative_step(self) -> list[RowStep]:
+        cfg, k, length = self.config, self.config.drafts, self.config.length
+        rows = len(self.active)
+        expand = torch.arange(rows).repeat_interleave(k)  # [R K]: prompt row of each draft row
+        start = time.perf_counter()
+        chunk, valid = _pending(self.committed, self.draft_held, self.active)
+        seen = [self.draft_held[p] + _count(chunk, valid, r) + length - 1 for r, p in enumerate(self.active)]
+        if k > 1:
+            self.draft.reindex(self.draft_cache, expand)
+            chunk, valid = chunk[expand], None if valid is None else valid[expand]
+        draft_tokens = torch.empty(rows * k, length, dtype=torch.int64)  # [R K, L]
+        draft_probs = []
+        for i in range(length):
+            logits = self.draft.forward(self.draft_cache, chunk, valid, 1)[:, 0]  # [R K, V]
+            probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+            draft_probs.append(probs)
+            draft_tokens[:, i] = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+            chunk, valid = draft_tokens[:, i : i + 1], None  # x_L itself is never fed to the draft
+        draft_done = time.perf_counter()
+
+        pending, pending_valid = _pending(self.committed, self.target_held, self.active)
+        if k > 1:
+            self.target.reindex(self.target_cache, expand)
+            pending, pending_valid = pending[expand], None if pending_valid is None else pending_valid[expand]
+        scored = torch.cat([pending, draft_tokens], 1)  # [R K, m + L]
+        if pending_valid is not None:
+            pending_valid = torch.cat([pending_valid, torch.ones_like(draft_tokens, dtype=torch.bool)], 1)
+        logits = self.target.forward(self.target_cache, scored, pending_valid, length + 1)  # [R K, L + 1, V]
+        target_probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        draft_stack = torch.stack(draft_probs, 1)  # [R K, L, V]
+        if draft_stack.dtype != target_probs.dtype:
+            draft_stack, target_probs = draft_stack.double(), target_probs.double()
+        target_done = time.perf_counter()
+
+        results = []
+        for r, p in enumerate(self.active):
+            block = slice(r * k, (r + 1) * k)
+            result = self.verifier.verify(
+                draft_tokens[block], draft_stack[block], target_probs[block], self.generator, self.states[p]
+            )
+            self.states[p] = result.state
+            results.append(result)
+        verify_done = time.perf_counter()
+
+        times = (draft_done - start, target_done - draft_done, verify_done - target_done)
+        stats = [
+            StepStats(k * length, k * (length + 1), res.num_accepted, 0, res.draft_index, length, 1, *times)
+            for res in results
+        ]
+        for r, p in enumerate(self.active):
+            self.draft_held[p] = seen[r]
+            self.target_held[p] = len(self.committed[p]) + length
+        keep = [r * k + res.draft_index for r, res in enumerate(results)]
+        return self._commit([res.tokens for res in results], keep, stats)
+
+    # --- commit, drop finished rows, crop -------------------------------------------------------
+    def _commit(self, new_tokens: list[list[int]], keep: list[int], stats: list[StepStats]) -> list[RowStep]:
+        """Cut and commit each row's tokens; keep the rows ``keep`` of the caches (one per active
+        prompt), drop finished prompts, crop to the committed lengths."""
+        steps, survivors, survivor_rows = [], [], []
+        for r, p in enumerate(self.active):
+            tokens, reason = self.stopper.cut(self.generated(p), new_tokens[r])
+            self.committed[p].extend(tokens)
+            steps.append(RowStep(p, tokens, replace(stats[r], committed=len(tokens)), reason))
+            if reason is None:
+                survivors.append(p)
+                survivor_rows.append(keep[r])
+        self.active = survivors
+        rows = torch.tensor(survivor_rows, dtype=torch.int64)
+        self._keep(self.target, self.target_cache, self.target_held, rows)
+        if self.draft_cache is not None:
+            self._keep(self.draft, self.draft_cache, self.draft_held, rows)
+        return steps
+
+    def _keep(self, model: LanguageModel, cache: Cache, held: list[int], rows: torch.Tensor) -> None:
+        if not self.active:
+            return
+        model.reindex(cache, rows)
+        for p in self.active:  # a cache never holds the last committed token
+            held[p] = min(held[p], len(self.committed[p]) - 1)
+        model.crop(cache, torch.tensor([held[p] for p in self.active]))
+
+    def check_caches(self) -> None:
+        """Raise ``AssertionError`` unless every cache row holds the committed prefix it should:
+        the target all committed tokens but the last, the draft at most that many."""
+        caches = [(self.target, self.target_cache, self.target_held, True)]
+        if self.draft_cache is not None:
+            caches.append((self.draft, self.draft_cache, self.draft_held, False))
+        for model, cache, held, exact in caches:
+            if not self.active:
+                continue
+            assert cache.batch_size == len(self.active), (cache.batch_size, len(self.active))
+            assert model.backend_length(cache) == cache.tokens.shape[1]
+            for r, p in enumerate(self.active):
+                row = cache.row(r)
+                assert len(row) == held[p], (p, len(row), held[p])
+                assert row == self.committed[p][: held[p]], p
+                if exact:
+                    assert held[p] == len(self.committed[p]) - 1, (p, held[p], len(self.committed[p]))
+                else:
+                    assert held[p] <= len(self.committed[p]) - 1
+
+
+def _pending(committed: list[list[int]], held: list[int], active: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The committed tokens each row's cache has not seen, left-padded: ``[R, m]`` and the valid
+    mask (None when no row is padded)."""
+    chunks = [committed[p][held[p] :] for p in active]
+    width = max(len(c) for c in chunks)
+    if all(len(c) == width for c in chunks):
+        return torch.tensor(chunks, dtype=torch.int64), None
+    tokens = torch.zeros(len(chunks), width, dtype=torch.int64)
+    valid = torch.zeros(len(chunks), width, dtype=torch.bool)
+    for r, chunk in enumerate(chunks):
+        tokens[r, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.int64)
+        valid[r, width - len(chunk) :] = True
+    return tokens, valid
+
+
+def _count(chunk: torch.Tensor, valid: torch.Tensor | None, row: int) -> int:
+    return chunk.shape[1] if valid is None else int(valid[row].sum())
+

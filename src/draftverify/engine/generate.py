@@ -1,0 +1,91 @@
+"""Public entry points: ``generate`` (one prompt), ``generate_batch`` and ``stream``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..models.base import LanguageModel
+from ..verify import Verifier
+from .config import DecodeConfig
+from .decoder import Decoder, RowStep
+from .stats import GenerationResult
+
+__all__ = ["generate", "generate_batch", "stream"]
+
+
+def _config(method: str | Verifier, kwargs: dict[str, Any]) -> DecodeConfig:
+    stop = kwargs.pop("stop", None)
+    if isinstance(stop, str):
+        stop = (stop,)
+    return DecodeConfig(method=method, stop=tuple(stop or ()), **kwargs)
+
+
+def generate_batch(
+    target: LanguageModel,
+    draft: LanguageModel | None,
+    prompts: Sequence[Sequence[int]],
+    method: str | Verifier = "sd",
+    *,
+    num_drafts: int | None = None,
+    draft_length: int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_new_tokens: int = 64,
+    stop: str | Sequence[str] | None = None,
+    seed: int = 0,
+    options: dict[str, Any] | None = None,
+    tokenizer: Any = None,
+    eos_token_id: int | None = None,
+) -> list[GenerationResult]:
+    """Decode every prompt (rows advance independently: ragged acceptance, per-row crop).
+
+    ``method`` is ``"ar"`` or a registered verifier name (see ``draftverify.verifiers()``) with its
+    ``options``. ``tokenizer`` decodes the text (needed for ``stop``); ``eos_token_id`` defaults
+    to the target's. The result of prompt i is ``results[i]``; its ``seconds`` is the batch's.
+    """
+    config = _config(method, dict(
+        num_drafts=num_drafts, draft_length=draft_length, temperature=temperature, top_k=top_k, top_p=top_p,
+        max_new_tokens=max_new_tokens, stop=stop, seed=seed, options=dict(options or {}),
+    ))
+    start = time.perf_counter()
+    decoder = Decoder(target, draft, [list(p) for p in prompts], config, tokenizer=tokenizer, eos_token_id=eos_token_id)
+    steps: list[list[RowStep]] = [[] for _ in prompts]
+    reasons = ["length"] * len(prompts)
+    while not decoder.done:
+        for row in decoder.step():
+            steps[row.index].append(row)
+            reasons[row.index] = row.finish_reason or reasons[row.index]
+    seconds = time.perf_counter() - start
+    return [
+        GenerationResult(
+            prompt_ids=list(prompts[i]),
+            tokens=decoder.generated(i),
+            text=tokenizer.decode(decoder.generated(i)) if tokenizer is not None else None,
+            finish_reason=reasons[i],
+            method=config.name,
+            num_drafts=config.drafts if config.speculative else 1,
+            draft_length=config.length if config.speculative else 0,
+            steps=[s.stats for s in steps[i]],
+            seconds=seconds,
+        )
+        for i in range(len(prompts))
+    ]
+
+
+def generate(target: LanguageModel, draft: LanguageModel | None, prompt_ids: Sequence[int], method: str | Verifier = "sd",
+             **kwargs: Any) -> GenerationResult:
+    """Decode one prompt; keyword arguments as :func:`generate_batch`."""
+    return generate_batch(target, draft, [prompt_ids], method, **kwargs)[0]
+
+
+def stream(target: LanguageModel, draft: LanguageModel | None, prompt_ids: Sequence[int], method: str | Verifier = "sd",
+           **kwargs: Any) -> Iterator[RowStep]:
+    """Decode one prompt, yielding each step's committed tokens and statistics as they come;
+    keyword arguments as :func:`generate_batch` (``tokenizer`` and ``eos_token_id`` included)."""
+    tokenizer, eos = kwargs.pop("tokenizer", None), kwargs.pop("eos_token_id", None)
+    decoder = Decoder(target, draft, [list(prompt_ids)], _config(method, kwargs), tokenizer=tokenizer, eos_token_id=eos)
+    while not decoder.done:
+        yield from decoder.step()

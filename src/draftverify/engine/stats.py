@@ -1,0 +1,91 @@
+"""Per-step statistics and the result of a decoding.
+
+Terms (as in :mod:`draftverify.verify.base`): per step the draft proposes K drafts of L tokens
+(*drafted* = K L), the target scores K (L + 1) positions (*verified*), the verifier keeps
+*accepted* draft tokens and adds one correction or bonus token; *committed* counts the tokens
+appended after EOS, stop strings and the length limit are applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["StepStats", "GenerationResult"]
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One decoding step of one prompt. Times are those of the batched calls, shared by the rows
+    of a batch."""
+
+    drafted: int
+    verified: int
+    accepted: int
+    committed: int
+    draft_index: int
+    draft_calls: int
+    target_calls: int
+    draft_seconds: float
+    target_seconds: float
+    verify_seconds: float
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """The generated tokens (prompt excluded) of one prompt, with what it cost."""
+
+    prompt_ids: list[int]
+    tokens: list[int]
+    text: str | None
+    finish_reason: str  # "eos", "stop" or "length"
+    method: str
+    num_drafts: int
+    draft_length: int  # 0 for ar
+    steps: list[StepStats]
+    seconds: float  # wall time of the whole call, prefill included
+
+    @property
+    def target_calls(self) -> int:
+        return sum(s.target_calls for s in self.steps)
+
+    @property
+    def draft_calls(self) -> int:
+        return sum(s.draft_calls for s in self.steps)
+
+    @property
+    def accepted(self) -> int:
+        return sum(s.accepted for s in self.steps)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens per draft position offered: accepted / (steps * L); None for ar."""
+        if not self.draft_length or not self.steps:
+            return None
+        return self.accepted / (len(self.steps) * self.draft_length)
+
+    @property
+    def position_acceptance(self) -> list[float]:
+        """Entry i: fraction of steps that accepted draft position i + 1 (i.e. accepted > i)."""
+        if not self.steps:
+            return [0.0] * self.draft_length
+        return [sum(s.accepted > i for s in self.steps) / len(self.steps) for i in range(self.draft_length)]
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return len(self.tokens) / max(self.target_calls, 1)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def target_seconds(self) -> float:
+        return sum(s.target_seconds for s in self.steps)
+
+    @property
+    def draft_seconds(self) -> float:
+        return sum(s.draft_seconds for s in self.steps)
+
+    @property
+    def verify_seconds(self) -> float:
+        return sum(s.verify_seconds for s in self.steps)

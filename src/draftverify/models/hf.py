@@ -1,0 +1,129 @@
+"""The ``transformers`` backend: any ``AutoModelForCausalLM`` behind :class:`LanguageModel`.
+
+The KV cache is transformers' own ``DynamicCache``: extended by the model's forward, reordered with
+``batch_select_indices`` (K drafts, chosen draft, finished rows) and shortened with ``crop``.
+Ragged rows use an explicit 4-D attention mask over the slot table plus explicit position ids, so
+padding and dropped slots are skipped and positions count real tokens only. A batch without holes
+(always the case for one prompt) passes no mask and takes the model's fastest attention path.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .base import Cache, LanguageModel
+
+__all__ = ["TransformersModel", "resolve_model_path"]
+
+# "name" or "owner/name", as on the Hugging Face hub
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def resolve_model_path(name_or_path: str | Path) -> str:
+    """A local folder as a string, or a hub id passed through; ``FileNotFoundError`` otherwise."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return str(path)
+    if path.exists():
+        raise FileNotFoundError(f"{text}: expected a model folder, found a file")
+    if not _HUB_ID.match(text):
+        raise FileNotFoundError(f"{text}: no such model folder")
+    return text
+
+
+def _load(loader: Any, name_or_path: str | Path, what: str, **kwargs: Any) -> Any:
+    location = resolve_model_path(name_or_path)
+    try:
+        return loader.from_pretrained(location, **kwargs)
+    except (OSError, ValueError) as error:  # a hub id without network, a folder without a model
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise FileNotFoundError(f"cannot load the {what} from {location!r}: {first_line}") from None
+
+
+class TransformersModel(LanguageModel):
+    """A ``transformers`` causal LM (and optionally its tokenizer) behind :class:`LanguageModel`."""
+
+    def __init__(self, model: Any, tokenizer: Any = None):
+        from transformers import DynamicCache
+
+        self._cache_class = DynamicCache
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config.get_text_config(decoder=True)
+        self.vocab_size = int(self.config.vocab_size)
+        eos = tokenizer.eos_token_id if tokenizer is not None else None
+        if eos is None:
+            eos = getattr(model.generation_config, "eos_token_id", None)
+        self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
+        if not DynamicCache(config=model.config).is_croppable:
+            raise ValueError(
+                f"{type(model).__name__}: its cache cannot be cropped (sliding-window or linear-attention "
+                "layers); draft-then-verify decoding needs to drop rejected tokens"
+            )
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | Path, *, tokenizer: str | Path | None = None, dtype: torch.dtype = torch.float32
+    ) -> TransformersModel:
+        """Load a model from a local folder or a hub id (hub ids need a network); the tokenizer from
+        ``tokenizer`` if given, else from the same place when it has one."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = _load(AutoModelForCausalLM, name_or_path, "model", dtype=dtype)
+        tokenizer_object = None
+        if tokenizer is not None:
+            tokenizer_object = _load(AutoTokenizer, tokenizer, "tokenizer")
+        elif Path(str(name_or_path)).expanduser().is_dir():
+            folder = Path(str(name_or_path)).expanduser()
+            if any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+                tokenizer_object = _load(AutoTokenizer, folder, "tokenizer")
+        return cls(model, tokenizer_object)
+
+    def _new_backend(self) -> Any:
+        return self._cache_class(config=self.model.config)
+
+    def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
+        limit = getattr(self.config, "max_position_embeddings", None)
+        if limit is not None and int(positions.max()) >= limit:
+            raise ValueError(f"sequence longer than the model's context of {limit} tokens")
+        mask = _attention_mask(cache.valid, tokens.shape[1], self.model.dtype) if holes else None
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=tokens,
+                past_key_values=cache.backend,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=num_logits,
+            )
+        logits = out.logits[:, -num_logits:]  # [B, num_logits, V]
+        return logits if logits.dtype == torch.float64 else logits.float()
+
+    def _reindex(self, cache: Cache, rows: torch.Tensor) -> None:
+        with torch.inference_mode():
+            cache.backend.batch_select_indices(rows)
+
+    def _truncate(self, cache: Cache, num_slots: int) -> None:
+        removed = cache.backend.get_seq_length() - num_slots
+        if removed > 0:
+            with torch.inference_mode():
+                cache.backend.crop(-removed)  # transformers 5: a negative count removes that many
+
+    def backend_length(self, cache: Cache) -> int:
+        return cache.backend.get_seq_length()
+
+
+def _attention_mask(valid: torch.Tensor, num_new: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask [B, 1, S, T]: query slot i (the last S slots) sees valid slots j <= i, and
+    always itself, so a padding query has a finite output (it is never attended to)."""
+    width = valid.shape[1]
+    query_slots = torch.arange(width - num_new, width)[:, None]  # [S, 1]
+    key_slots = torch.arange(width)[None, :]  # [1, T]
+    allowed = ((key_slots <= query_slots)[None] & valid[:, None, :]) | (key_slots == query_slots)[None]  # [B, S, T]
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]

@@ -1,0 +1,88 @@
+"""``load_pair``: a target and a draft that share a tokenizer, the embedded pair by default.
+
+The embedded pair lives in ``draftverify/assets/pair/``: ``tokenizer/``, ``target/`` and ``draft/``
+(``transformers`` folders) and ``ngram/`` (the n-gram drafter, picked with ``draft="ngram"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import HistoryModel, LanguageModel
+from .hf import TransformersModel
+
+__all__ = ["ASSETS", "ModelPair", "NGramModel", "load_pair"]
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"
+
+
+class NGramModel(HistoryModel):
+    """The n-gram drafter (``draftverify.models.ngram.NGramDrafter``) as a language model."""
+
+    def __init__(self, drafter: Any, eos_token_id: int | None = None):
+        self.drafter = drafter
+        self.vocab_size = int(drafter.vocab_size)
+        self.eos_token_id = eos_token_id
+
+    def next_token_logits(self, contexts: list[list[int]]) -> torch.Tensor:
+        probs = torch.as_tensor(np.asarray(self.drafter.next_token_probs(contexts)), dtype=torch.float32)
+        return torch.log(probs)  # [N, V], -inf where the probability is 0
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A target, a draft over the same vocabulary, and their tokenizer."""
+
+    target: TransformersModel
+    draft: LanguageModel
+    tokenizer: Any
+    draft_name: str
+
+
+def _embedded(part: str) -> Path:
+    path = ASSETS / part
+    if not path.exists():
+        raise FileNotFoundError(f"the embedded pair has no {part!r} at {path}; train it with `draftverify train-pair`")
+    return path
+
+
+def load_pair(target: str | Path | None = None, draft: str | Path | None = None) -> ModelPair:
+    """The target and draft to decode with.
+
+    ``target``: a ``transformers`` folder or hub id (default: the embedded target, with the embedded
+    tokenizer); its tokenizer comes from the same place. ``draft``: a folder or hub id, ``"ngram"``
+    for the embedded n-gram drafter, or None for the embedded transformer draft. A draft whose
+    vocabulary differs from the target's raises ``ValueError``; a missing path ``FileNotFoundError``.
+    """
+    if target is None:
+        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=_embedded("tokenizer"))
+    else:
+        target_model = TransformersModel.from_pretrained(target)
+    if target_model.tokenizer is None:
+        raise FileNotFoundError(f"{target}: no tokenizer next to the target model")
+    if draft is None:
+        draft_model, name = TransformersModel.from_pretrained(_embedded("draft")), "draft"
+    elif str(draft) == "ngram":
+        from .ngram import NGramDrafter
+
+        draft_model, name = NGramModel(NGramDrafter.load(_embedded("ngram")), target_model.eos_token_id), "ngram"
+    else:
+        draft_model, name = TransformersModel.from_pretrained(draft), str(draft)
+    _check_same_vocabulary(target_model, draft_model, name)
+    return ModelPair(target_model, draft_model, target_model.tokenizer, name)
+
+
+def _check_same_vocabulary(target: TransformersModel, draft: LanguageModel, name: str) -> None:
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"draft {name!r} has a vocabulary of {draft.vocab_size} tokens, the target {target.vocab_size}: "
+            "draft and target must share one tokenizer"
+        )
+    draft_tokenizer = getattr(draft, "tokenizer", None)
+    if draft_tokenizer is not None and draft_tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise ValueError(f"draft {name!r} has its own tokenizer, different from the target's")

@@ -1,0 +1,79 @@
+"""The slot table shared by every backend: forward, reindex and per-row crop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftverify.models.base import HistoryModel
+
+
+class Recorder(HistoryModel):
+    """Logits that encode the context they were computed from: its length and last token."""
+
+    vocab_size = 100
+
+    def __init__(self):
+        self.contexts = []
+
+    def next_token_logits(self, contexts):
+        self.contexts.append([list(c) for c in contexts])
+        logits = torch.full((len(contexts), self.vocab_size), -1.0)
+        for i, context in enumerate(contexts):
+            logits[i, len(context)] = float(context[-1])
+        return logits
+
+
+def test_ragged_forward_sees_each_row_alone():
+    model = Recorder()
+    cache = model.new_cache(2)
+    tokens = torch.tensor([[5, 6, 7], [0, 8, 9]])
+    valid = torch.tensor([[True, True, True], [False, True, True]])
+    model.forward(cache, tokens, valid, num_logits=2)
+    assert model.contexts[-1] == [[5, 6], [5, 6, 7], [8], [8, 9]]
+    assert cache.row(0) == [5, 6, 7] and cache.row(1) == [8, 9]
+    assert model.lengths(cache).tolist() == [3, 2]
+
+
+def test_crop_is_per_row_and_removes_columns_empty_in_every_row():
+    model = Recorder()
+    cache = model.new_cache(2)
+    model.forward(cache, torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]))
+    model.crop(cache, torch.tensor([3, 1]))
+    assert cache.row(0) == [1, 2, 3] and cache.row(1) == [5]
+    assert cache.tokens.shape[1] == 3  # column 3 held nothing in any row
+    model.forward(cache, torch.tensor([[9], [10]]))
+    assert model.contexts[-1] == [[1, 2, 3, 9], [5, 10]]
+
+
+def test_reindex_repeats_and_drops_rows():
+    model = Recorder()
+    cache = model.new_cache(2)
+    model.forward(cache, torch.tensor([[1, 2], [3, 4]]))
+    model.reindex(cache, torch.tensor([1, 1, 0]))
+    assert [cache.row(b) for b in range(3)] == [[3, 4], [3, 4], [1, 2]]
+    model.reindex(cache, torch.tensor([2]))
+    assert cache.batch_size == 1 and cache.row(0) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, c: m.forward(c, torch.tensor([1, 2])),  # not [B, S]
+        lambda m, c: m.forward(c, torch.tensor([[1, 2]])),  # B = 1, cache has 2 rows
+        lambda m, c: m.forward(c, torch.tensor([[1], [2]]), num_logits=2),  # num_logits > S
+        lambda m, c: m.crop(c, torch.tensor([1, 0])),  # longer than held
+        lambda m, c: m.new_cache(0),
+    ],
+)
+def test_bad_calls_raise_value_error(call):
+    model = Recorder()
+    with pytest.raises(ValueError):
+        call(model, model.new_cache(2))
+
+
+def test_logits_of_padding_are_refused():
+    model = Recorder()
+    cache = model.new_cache(2)
+    with pytest.raises(ValueError, match="padding"):
+        model.forward(cache, torch.tensor([[1, 2], [3, 0]]), torch.tensor([[True, True], [True, False]]))

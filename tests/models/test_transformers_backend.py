@@ -1,0 +1,66 @@
+"""The transformers backend: ragged rows, crop and reindex give the logits of each row alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftverify.models.hf import TransformersModel, resolve_model_path
+from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+
+
+def alone(model, tokens: list[int], last: int) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0, -last:]
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_ragged_batch_crop_and_reindex_match_single_rows(arch):
+    raw = tiny_causal_lm(40, arch=arch, seed=1)
+    model = TransformersModel(raw)
+    cache = model.new_cache(2)
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [0, 0, 0, 0, 8, 9, 10]])
+    valid = torch.arange(7)[None, :] >= torch.tensor([[0], [4]])
+    out = model.forward(cache, tokens, valid, num_logits=2)
+    torch.testing.assert_close(out[0], alone(raw, [1, 2, 3, 4, 5, 6, 7], 2))
+    torch.testing.assert_close(out[1], alone(raw, [8, 9, 10], 2))
+
+    model.crop(cache, torch.tensor([5, 2]))  # rejections: rows keep different lengths
+    assert model.backend_length(cache) == cache.tokens.shape[1] == 6
+    out = model.forward(cache, torch.tensor([[11, 12], [13, 14]]), num_logits=2)
+    torch.testing.assert_close(out[0], alone(raw, [1, 2, 3, 4, 5, 11, 12], 2))
+    torch.testing.assert_close(out[1], alone(raw, [8, 9, 13, 14], 2))
+
+    model.reindex(cache, torch.tensor([1, 1, 0]))  # replicate a row (K drafts), reorder
+    out = model.forward(cache, torch.tensor([[20], [21], [22]]))
+    for row, tokens_alone in enumerate([[8, 9, 13, 14, 20], [8, 9, 13, 14, 21], [1, 2, 3, 4, 5, 11, 12, 22]]):
+        torch.testing.assert_close(out[row, 0], alone(raw, tokens_alone, 1)[0])
+    assert model.backend_length(cache) == cache.tokens.shape[1]
+
+
+def test_context_limit_is_a_value_error():
+    model = TransformersModel(tiny_causal_lm(20, max_positions=8))
+    with pytest.raises(ValueError, match="context of 8"):
+        model.forward(model.new_cache(1), torch.ones(1, 9, dtype=torch.int64))
+
+
+def test_resolve_model_path(tmp_path):
+    assert resolve_model_path(tmp_path) == str(tmp_path)
+    assert resolve_model_path("gpt2") == "gpt2"  # hub ids pass through (loaded where there is a network)
+    assert resolve_model_path("openai-community/gpt2") == "openai-community/gpt2"
+    with pytest.raises(FileNotFoundError):
+        resolve_model_path(tmp_path / "missing" / "model")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match="found a file"):
+        resolve_model_path(tmp_path / "file.txt")
+
+
+def test_from_pretrained_loads_model_and_tokenizer(tmp_path):
+    tokenizer = char_tokenizer()
+    tiny_causal_lm(len(tokenizer), arch="llama", dtype=torch.float32).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    model = TransformersModel.from_pretrained(tmp_path)
+    assert model.vocab_size == len(tokenizer) and model.eos_token_id == tokenizer.eos_token_id
+    assert model.tokenizer.decode(model.tokenizer.encode("ab c")) == "ab c"
+    with pytest.raises(FileNotFoundError, match="cannot load"):
+        TransformersModel.from_pretrained(tmp_path / "..")  # a folder without a model
