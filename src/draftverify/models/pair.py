@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .base import HistoryModel, LanguageModel
@@ -30,7 +29,7 @@ class NGramModel(HistoryModel):
         self.eos_token_id = eos_token_id
 
     def next_token_logits(self, contexts: list[list[int]]) -> torch.Tensor:
-        probs = torch.as_tensor(np.asarray(self.drafter.next_token_probs(contexts)), dtype=torch.float32)
+        probs = torch.as_tensor(self.drafter.next_token_probs(contexts), dtype=torch.float32)  # [N, V]
         return torch.log(probs)  # [N, V], -inf where the probability is 0
 
 

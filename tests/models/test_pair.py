@@ -1,0 +1,61 @@
+"""load_pair: paths, the n-gram drafter, vocabulary checks, missing files."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftverify.engine import generate
+from draftverify.models import pair as pair_module
+from draftverify.models.ngram import NGramDrafter
+from draftverify.models.pair import NGramModel, load_pair
+from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    tokenizer = char_tokenizer()
+    vocab = len(tokenizer)
+    for name, width, layers, size in [("target", 32, 2, vocab), ("draft", 16, 1, vocab), ("wide", 16, 1, vocab + 3)]:
+        tiny_causal_lm(size, width=width, layers=layers, seed=len(name), dtype=torch.float32).save_pretrained(root / name)
+    tokenizer.save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "tokenizer")
+    NGramDrafter.train([tokenizer.encode("def add(a, b):\n    return a + b\n") * 3], vocab, order=3).save(root / "ngram")
+    other = char_tokenizer("zyxwvutsrqponmlkjihgfedcba .,:()=+\n")  # same size, other ids
+    tiny_causal_lm(vocab, width=16, layers=1, dtype=torch.float32).save_pretrained(root / "other")
+    other.save_pretrained(root / "other")
+    return root
+
+
+def test_paths_load_and_decode(folders):
+    pair = load_pair(folders / "target", folders / "draft")
+    prompt = pair.tokenizer.encode("def f(")
+    result = generate(pair.target, pair.draft, prompt, "bv", max_new_tokens=8, tokenizer=pair.tokenizer)
+    assert len(result.tokens) <= 8 and isinstance(result.text, str)
+
+
+def test_embedded_layout_and_ngram_draft(folders, monkeypatch):
+    monkeypatch.setattr(pair_module, "ASSETS", folders)
+    pair = load_pair(draft="ngram")
+    assert isinstance(pair.draft, NGramModel) and pair.draft_name == "ngram"
+    contexts = [pair.tokenizer.encode("def add(a"), pair.tokenizer.encode("x")]
+    torch.testing.assert_close(pair.draft.next_token_logits(contexts).exp(), pair.draft.drafter.next_token_probs(contexts))
+    assert load_pair().draft_name == "draft"
+
+
+def test_vocabulary_mismatch_is_a_value_error(folders):
+    with pytest.raises(ValueError, match="vocabulary"):
+        load_pair(folders / "target", folders / "wide")
+    with pytest.raises(ValueError, match="own tokenizer"):
+        load_pair(folders / "target", folders / "other")
+
+
+def test_missing_files_are_file_not_found(folders, tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError):
+        load_pair(folders / "target", tmp_path / "nothing" / "here")
+    with pytest.raises(FileNotFoundError, match="tokenizer"):
+        load_pair(folders / "draft", folders / "draft")  # a target folder without a tokenizer
+    monkeypatch.setattr(pair_module, "ASSETS", tmp_path)
+    with pytest.raises(FileNotFoundError, match="train-pair"):
+        load_pair()
