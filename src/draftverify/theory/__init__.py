@@ -1,0 +1,107 @@
+"""Closed forms and bounds from the seed papers, as tested functions (pure numpy, no models).
+
+One module per family; each docstring names its paper, theorem and equation and says where the
+seed's statement is corrected or refuted (``docs/theory.md`` lists them all):
+
+- :mod:`.single`: tokens per step, speedup, optimal draft length, exact acceptance profile (seed 002)
+- :mod:`.coupling`: maximal acceptance, sub-maximal accounting (seed 000, section 3)
+- :mod:`.temperature`: the temperature law and its constant (seed 000, section 4)
+- :mod:`.blocks`: block bounds and the Theorem 5.1 / 5.3 counterexamples (seed 000, section 5)
+- :mod:`.multidraft`: K-SEQ, alpha*, SpecTr-GBV's claimed bound (Sun et al. 2023; seeds 001, 004)
+- :mod:`.sprinter`: SPRINTER's law, run length, stopping time, acceptance (seed 003)
+- :mod:`.global_resolution`: Global Resolution's error bounds (seed 001)
+
+Block statements take *conditional tables*: ``tables[i]`` of shape ``[V] * (i + 1)`` holds the
+conditional of block token i + 1 given the block's first i tokens.
+"""
+
+from .blocks import (
+    FullAcceptanceBound,
+    LongestPrefixClaim,
+    MarkovBlockBound,
+    full_acceptance_bound,
+    longest_prefix_claim,
+    markov_block_bound,
+    markov_sensitivity,
+)
+from .coupling import RejectionAccounting, SubmaximalStep, maximal_acceptance, rejection_accounting, submaximal_step
+from .global_resolution import MultiStepError, ResolutionBounds, global_resolution_bounds, multi_step_error
+from .multidraft import (
+    KSEQ_GUARANTEE,
+    MultiDraftAcceptance,
+    kseq_acceptance,
+    kseq_beta,
+    kseq_rho,
+    multidraft_acceptance,
+    spectr_gbv_claimed_bound,
+)
+from .single import (
+    AcceptanceProfile,
+    OptimalDraftLength,
+    acceptance_profile,
+    optimal_draft_length,
+    speedup,
+    tokens_per_step,
+)
+from .sprinter import (
+    RunLength,
+    sprinter_acceptance,
+    sprinter_output_law,
+    sprinter_run_length,
+    sprinter_stopping_time,
+    sprinter_tv,
+)
+from .temperature import (
+    TemperatureLaw,
+    TemperatureSchedule,
+    log_mad,
+    schedule_rejections,
+    temperature_constant,
+    temperature_law,
+    tempered,
+)
+
+__all__ = [
+    "AcceptanceProfile",
+    "FullAcceptanceBound",
+    "KSEQ_GUARANTEE",
+    "LongestPrefixClaim",
+    "MarkovBlockBound",
+    "MultiDraftAcceptance",
+    "MultiStepError",
+    "OptimalDraftLength",
+    "RejectionAccounting",
+    "ResolutionBounds",
+    "RunLength",
+    "SubmaximalStep",
+    "TemperatureLaw",
+    "TemperatureSchedule",
+    "acceptance_profile",
+    "full_acceptance_bound",
+    "global_resolution_bounds",
+    "kseq_acceptance",
+    "kseq_beta",
+    "kseq_rho",
+    "log_mad",
+    "longest_prefix_claim",
+    "markov_block_bound",
+    "markov_sensitivity",
+    "maximal_acceptance",
+    "multi_step_error",
+    "multidraft_acceptance",
+    "optimal_draft_length",
+    "rejection_accounting",
+    "schedule_rejections",
+    "speedup",
+    "sprinter_acceptance",
+    "sprinter_output_law",
+    "sprinter_run_length",
+    "sprinter_stopping_time",
+    "sprinter_tv",
+    "spectr_gbv_claimed_bound",
+    "submaximal_step",
+    "temperature_constant",
+    "temperature_law",
+    "tempered",
+    "tokens_per_step",
+]

@@ -1,0 +1,129 @@
+"""K i.i.d. drafts: K-SEQ's acceptance and guarantee, the optimal acceptance alpha*, and the bound
+SpecTr-GBV claims (seed 004, Lemma 5.1 / Theorem 5.3; its p is our draft, its q our target).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _validate
+
+__all__ = [
+    "kseq_beta",
+    "kseq_rho",
+    "kseq_acceptance",
+    "KSEQ_GUARANTEE",
+    "spectr_gbv_claimed_bound",
+    "MultiDraftAcceptance",
+    "multidraft_acceptance",
+]
+
+KSEQ_GUARANTEE = 1 - 1 / np.e
+"""K-SEQ accepts at least (1 - 1/e) alpha*(K): the approximation guarantee of Sun et al. (2023, SpecTr),
+as cited in seed 001 section 2."""
+
+_BISECTION_STEPS = 80  # [1, K] halved 80 times: below float64 resolution for any K < 2^20
+
+
+def _num_drafts(num_drafts) -> int:
+    return int(_validate.count(num_drafts, "num_drafts", low=1))
+
+
+def kseq_beta(target_probs, draft_probs, rho) -> np.ndarray:
+    """beta(rho) = sum_x min(D(x), T(x) / rho) (Sun et al. 2023, K-SEQ; seed 004 section 3).
+    ``rho`` >= 1 broadcasts against the leading axes of ``[..., V]`` inputs."""
+    target, draft = _validate.distribution_pair(target_probs, draft_probs)
+    rho = _validate.as_float_array(rho, "rho")
+    if np.any(rho < 1):
+        raise ValueError(f"rho must be >= 1, got {rho}")
+    return np.minimum(draft, target / rho[..., None]).sum(axis=-1)
+
+
+def kseq_rho(target_probs, draft_probs, num_drafts) -> np.ndarray:
+    """The K-SEQ scale rho* in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho) (Sun et al.
+    2023; seed 004 section 3), by bisection, vectorised over leading axes.
+
+    1 - (1 - beta)^K is non-increasing and rho beta non-decreasing in rho, so the difference has
+    one sign change in [1, K]. The returned rho is on the feasible side (rho >= rho*, where
+    1 - (1 - beta)^K <= rho beta), as the residual max(T - rho D, 0) needs.
+    """
+    target, draft = _validate.distribution_pair(target_probs, draft_probs)
+    k = _num_drafts(num_drafts)
+    low = np.ones(target.shape[:-1])
+    high = np.full(target.shape[:-1], float(k))
+
+    def excess(rho: np.ndarray) -> np.ndarray:
+        beta = np.minimum(draft, target / rho[..., None]).sum(axis=-1)
+        return 1 - (1 - beta) ** k - rho * beta
+
+    for _ in range(_BISECTION_STEPS):
+        middle = 0.5 * (low + high)
+        feasible = excess(middle) <= 0
+        high = np.where(feasible, middle, high)
+        low = np.where(feasible, low, middle)
+    return np.where(excess(low) <= 0, low, high)  # rho = 1 is feasible when D = T
+
+
+def kseq_acceptance(target_probs, draft_probs, num_drafts) -> np.ndarray:
+    """Probability that K-SEQ accepts one of K i.i.d. drafted tokens: 1 - (1 - beta(rho*))^K
+    (Sun et al. 2023, SpecTr; seed 004 section 3). K = 1 gives 1 - TV(T, D)."""
+    k = _num_drafts(num_drafts)
+    rho = kseq_rho(target_probs, draft_probs, k)
+    return 1 - (1 - kseq_beta(target_probs, draft_probs, rho)) ** k
+
+
+def spectr_gbv_claimed_bound(target_tables, draft_tables, num_drafts) -> np.ndarray:
+    """The expected acceptance length SpecTr-GBV claims (seed 004, Lemma 5.1 eq. 5 and Theorem 5.3):
+    sum_{i=1}^{L} sum_{x^i} T(x^i) [1 - (1 - min(D(x^i) / T(x^i), 1))^K], joints from the block
+    start. Returns the per-length terms [L]; their sum is the claim.
+
+    What it is: the optimum over "conditionally independent couplings" only. It is not an upper
+    bound on exact K-draft verifiers: at L = 1 it lies below Hu et al.'s alpha*(K) and sometimes
+    below K-SEQ (tests/theory/test_multidraft.py). Remark 5.2 corrected: non-decreasing in K, and
+    strictly only if some T(x^i) > 0 has 0 < D(x^i) < T(x^i); it tends to
+    sum_i T(D(x^i) > 0), which is L only when the draft covers the target's support.
+    """
+    target, draft = _validate.table_pair(target_tables, draft_tables)
+    k = _num_drafts(num_drafts)
+    terms = []
+    for t, d in zip(_validate.joint_laws(target), _validate.joint_laws(draft)):
+        ratio = np.minimum(np.divide(d, t, out=np.ones_like(t), where=t > 0), 1.0)
+        terms.append(float((t * (1 - (1 - ratio) ** k)).sum()))
+    return np.array(terms)
+
+
+@dataclass(frozen=True)
+class MultiDraftAcceptance:
+    """One position, K i.i.d. drafts: ``optimal`` = alpha*(K) (Hu et al. 2025), ``kseq`` = K-SEQ's
+    acceptance, ``kseq_guarantee`` = (1 - 1/e) alpha*(K), ``spectr_gbv_claim`` = seed 004's Lemma 5.1
+    value at L = 1, ``single`` = 1 - TV (K = 1)."""
+
+    optimal: float
+    kseq: float
+    kseq_guarantee: float
+    spectr_gbv_claim: float
+    single: float
+
+
+def multidraft_acceptance(target_probs, draft_probs, num_drafts) -> MultiDraftAcceptance:
+    """The acceptance values of one position with K i.i.d. drafts, side by side.
+
+    alpha*(K) = 1 + min_H [T(H) - D(H)^K] (Hu et al. 2025 / seed 001 Theorem 3.1, which writes
+    psi(H*) where 1 + psi(H*) is meant) comes from :func:`draftverify.ot.optimal_acceptance`.
+    """
+    from ..ot import optimal_acceptance  # the OT package may be absent in minimal installs
+
+    target, draft = _validate.distribution_pair(target_probs, draft_probs)
+    if target.ndim != 1:
+        raise ValueError(f"expected one distribution [V], got shape {target.shape}")
+    k = _num_drafts(num_drafts)
+    optimal = float(optimal_acceptance(target, draft, k))
+    return MultiDraftAcceptance(
+        optimal=optimal,
+        kseq=float(kseq_acceptance(target, draft, k)),
+        kseq_guarantee=KSEQ_GUARANTEE * optimal,
+        spectr_gbv_claim=float(spectr_gbv_claimed_bound([target], [draft], k).sum()),
+        single=float(np.minimum(target, draft).sum()),
+    )
