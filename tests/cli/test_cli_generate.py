@@ -1,0 +1,60 @@
+"""`draftverify generate`: streams text and a footer; bad input is one line and exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftverify.cli import main
+from draftverify.cli.generate import parse_options
+from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    tokenizer = char_tokenizer()
+    tiny_causal_lm(len(tokenizer), seed=0, dtype=torch.float32).save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    tiny_causal_lm(len(tokenizer), width=16, layers=1, seed=1, dtype=torch.float32).save_pretrained(root / "draft")
+    tiny_causal_lm(len(tokenizer) + 2, width=16, layers=1, seed=1, dtype=torch.float32).save_pretrained(root / "wide")
+    return root
+
+
+def test_streams_text_then_footer_with_speedup(folders, capsys):
+    code = main(["generate", "def f(x):", "--method", "bv", "--draft-length", "3", "--max-new-tokens", "12",
+                 "--target", str(folders / "target"), "--draft", str(folders / "draft"), "--compare-ar"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("def f(x):")
+    footer = out.strip().splitlines()[-1]
+    for part in ("method bv", "acceptance", "tokens/s", "tokens/target call", "speedup"):
+        assert part in footer
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--method", "nope"], "unknown verifier"),
+        (["--method", "sd", "--option", "lam=1"], "does not take"),
+        (["--method", "sd", "--drafts", "3"], "takes one draft"),
+        (["--method", "ar", "--draft-length", "3"], "takes no drafts"),
+        (["--draft", "WIDE"], "vocabulary"),
+        (["--draft", "MISSING"], "no such model folder"),
+        (["--prompt-override", ""], "empty"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(folders, capsys, extra, message):
+    prompt = "x"
+    if extra[0] == "--prompt-override":
+        prompt, extra = extra[1], []
+    extra = [str(folders / "wide") if e == "WIDE" else str(folders / "no" / "such") if e == "MISSING" else e for e in extra]
+    args = ["generate", prompt, "--target", str(folders / "target"), "--draft", str(folders / "draft"), *extra]
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+def test_parse_options():
+    assert parse_options(["lam=0.5", "n=3", "mode=fast"]) == {"lam": 0.5, "n": 3, "mode": "fast"}
+    with pytest.raises(ValueError):
+        parse_options(["lam"])
