@@ -29,7 +29,9 @@ __all__ = [
 def _law_terms(target_probs, draft_probs, false_positive_rate):
     target, draft = _validate.distribution_pair(target_probs, draft_probs)
     eta = _validate.rate(false_positive_rate, "false_positive_rate")
-    eta = np.broadcast_to(eta, target.shape) if eta.ndim else np.full(target.shape, float(eta))
+    if eta.ndim and eta.shape != target.shape:
+        raise ValueError(f"false_positive_rate: expected a number or shape {target.shape}, got {eta.shape}")
+    eta = np.broadcast_to(eta, target.shape)
     excess = np.maximum(draft - target, 0.0)  # (D - T)_+: where unacceptable tokens come from
     shortfall = np.maximum(target - draft, 0.0)  # (T - D)_+: the correction's mass
     return target, draft, eta, excess, shortfall
