@@ -127,3 +127,39 @@ def test_remark_5_2_properties_and_their_corrections():
 def test_bad_input_is_a_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+def spectr_gbv_one_token_law(target, draft, k):
+    """Exact law of the first emitted token and E[tau] of seed 004's Algorithm 1 as written, L = 1:
+    drafts in order, each new token accepted with h = T(x)[1 - (1 - min(D/T, 1))^K] / (1 - (1 - D(x))^K)
+    (eq. 3), repeated tokens skipped (the set H), else the residual of eq. 4."""
+    ratio = np.minimum(np.divide(draft, target, out=np.ones_like(target), where=target > 0), 1)
+    accept = target * (1 - (1 - ratio) ** k) / (1 - (1 - draft) ** k)
+    residual = target * (1 - ratio) ** k
+    residual = residual / residual.sum()
+    law, expected_tau = np.zeros_like(target), 0.0
+    for drafts in itertools.product(range(len(target)), repeat=k):
+        weight, tried = np.prod(draft[list(drafts)]), set()
+        for x in drafts:  # weight: probability of reaching this draft with nothing accepted
+            if x in tried:
+                continue
+            tried.add(x)
+            law[x] += weight * accept[x]
+            expected_tau += weight * accept[x]
+            weight *= 1 - accept[x]
+        law += weight * residual
+    return law, expected_tau
+
+
+def test_spectr_gbv_as_written_is_not_exact_and_misses_its_claim():
+    # ALGORITHMS.md: V = 2, K = 2, L = 1, draft (0.5, 0.5), target (0.9, 0.1)
+    target, draft = np.array([0.9, 0.1]), np.array([0.5, 0.5])
+    law, expected_tau = spectr_gbv_one_token_law(target, draft, 2)
+    assert law[0] == pytest.approx(151 / 162)  # not 0.9: seed 004 Theorem 4.2 fails for K >= 2
+    assert expected_tau == pytest.approx(307 / 405)  # 0.758, not the 0.822 of Theorem 5.3
+    claim = theory.spectr_gbv_claimed_bound([target], [draft], 2).sum()
+    assert expected_tau < claim - 0.06
+    # K = 1 (GBV at L = 1, i.e. SD) is exact and attains the claim
+    law_one, tau_one = spectr_gbv_one_token_law(target, draft, 1)
+    np.testing.assert_allclose(law_one, target)
+    assert tau_one == pytest.approx(theory.spectr_gbv_claimed_bound([target], [draft], 1).sum())

@@ -104,3 +104,15 @@ def test_theorems_3_3_and_3_4_against_simulation(tp, fp, r):
 def test_bad_input_is_a_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0, 0.999), st.floats(0, 0.5), st.integers(0, 20))
+def test_figures_5_and_6_gap_at_most_one_token_while_fp_at_most_half(tp, fp, r):
+    # seed 003 Figures 5-6: with eta_FP <= 0.5 the extra tokens over a perfect rejector (eta_FP = 0)
+    # stay <= 1 and the extra stopping time <= t_d; the gap is eta_TP^r eta_FP / (1 - eta_FP)
+    gap = theory.sprinter_run_length(tp, fp, r).mean - theory.sprinter_run_length(tp, 0.0, r).mean
+    assert gap == pytest.approx(tp**r * fp / (1 - fp), abs=1e-12)
+    assert gap <= 1 + 1e-12
+    time_gap = theory.sprinter_stopping_time(tp, fp, r, 0.1) - theory.sprinter_stopping_time(tp, 0.0, r, 0.1)
+    assert time_gap <= 0.1 + 1e-12
