@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import importlib
 
-_BENCHES: dict[str, tuple[str, str]] = {}
+_BENCHES: dict[str, tuple[str, str]] = {
+    "speed": ("speed", "tokens/s of ar, sd, bv and transformers assisted generation on HumanEval prompts"),
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

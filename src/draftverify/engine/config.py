@@ -21,7 +21,8 @@ class DecodeConfig:
     options); ``num_drafts`` (K) and ``draft_length`` (L) default to 1 and 4 for verifiers and must
     stay None for ``ar``. The same warping (temperature, top-k, top-p) is applied to draft and
     target: verifiers are exact for the warped target. ``method`` may also be a ``Verifier``
-    instance (e.g. an unregistered one under test)."""
+    instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
+    option of that name), so benchmarks generate exactly ``max_new_tokens``."""
 
     method: str | Verifier = "sd"
     num_drafts: int | None = None
@@ -32,6 +33,7 @@ class DecodeConfig:
     max_new_tokens: int = 64
     stop: tuple[str, ...] = ()
     seed: int = 0
+    ignore_eos: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

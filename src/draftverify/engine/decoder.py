@@ -73,9 +73,8 @@ class Decoder:
                 )
         self.target, self.draft, self.config = target, draft, config
         self.verifier = config.verifier() if config.speculative else None
-        self.stopper = Stopper(
-            config.max_new_tokens, target.eos_token_id if eos_token_id is None else eos_token_id, config.stop, tokenizer
-        )
+        eos = target.eos_token_id if eos_token_id is None else eos_token_id
+        self.stopper = Stopper(config.max_new_tokens, None if config.ignore_eos else eos, config.stop, tokenizer)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.prompt_lengths = [len(p) for p in prompts]
         self.committed = [list(p) for p in prompts]

@@ -36,6 +36,7 @@ def generate_batch(
     max_new_tokens: int = 64,
     stop: str | Sequence[str] | None = None,
     seed: int = 0,
+    ignore_eos: bool = False,
     options: dict[str, Any] | None = None,
     tokenizer: Any = None,
     eos_token_id: int | None = None,
@@ -48,7 +49,7 @@ def generate_batch(
     """
     config = _config(method, dict(
         num_drafts=num_drafts, draft_length=draft_length, temperature=temperature, top_k=top_k, top_p=top_p,
-        max_new_tokens=max_new_tokens, stop=stop, seed=seed, options=dict(options or {}),
+        max_new_tokens=max_new_tokens, stop=stop, seed=seed, ignore_eos=ignore_eos, options=dict(options or {}),
     ))
     start = time.perf_counter()
     decoder = Decoder(target, draft, [list(p) for p in prompts], config, tokenizer=tokenizer, eos_token_id=eos_token_id)

@@ -15,7 +15,7 @@ import torch
 from .base import HistoryModel, LanguageModel
 from .hf import TransformersModel
 
-__all__ = ["ASSETS", "ModelPair", "NGramModel", "load_pair"]
+__all__ = ["ASSETS", "ModelPair", "NGramModel", "load_ngram_draft", "load_pair"]
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"
 
@@ -67,13 +67,20 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None)
     if draft is None:
         draft_model, name = TransformersModel.from_pretrained(_embedded("draft")), "draft"
     elif str(draft) == "ngram":
-        from .ngram import NGramDrafter
-
-        draft_model, name = NGramModel(NGramDrafter.load(_embedded("ngram")), target_model.eos_token_id), "ngram"
+        draft_model, name = load_ngram_draft(target_model), "ngram"
     else:
         draft_model, name = TransformersModel.from_pretrained(draft), str(draft)
     _check_same_vocabulary(target_model, draft_model, name)
     return ModelPair(target_model, draft_model, target_model.tokenizer, name)
+
+
+def load_ngram_draft(target: TransformersModel) -> NGramModel:
+    """The embedded n-gram drafter, checked against ``target``'s vocabulary."""
+    from .ngram import NGramDrafter
+
+    draft = NGramModel(NGramDrafter.load(_embedded("ngram")), target.eos_token_id)
+    _check_same_vocabulary(target, draft, "ngram")
+    return draft
 
 
 def _check_same_vocabulary(target: TransformersModel, draft: LanguageModel, name: str) -> None:

@@ -1,0 +1,188 @@
+"""`draftverify bench speed`: tokens/s of ar, sd, bv (transformer and n-gram drafts) and of
+``transformers``' own assisted generation, on HumanEval prompts, in one run.
+
+Methods run one after the other on each prompt (so load drifts hit all of them alike), seeded per
+prompt. Reported per method: tokens/s and its ratio to ``ar`` measured in the same run, acceptance
+(accepted / (steps L)), tokens per target call, and the draft/target cost ratio c = seconds per
+draft forward / seconds per target forward of ``ar``. For assisted generation, forward hooks count
+and time the calls of both models (its acceptance is (tokens per target call - 1) / L).
+Goals (issue 5): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assisted generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+from ..engine.compare import format_table, run_spec
+
+SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
+_ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+ASSISTED = "hf-assisted"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", type=int, default=8, help="first N HumanEval prompts (default 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--draft-length", type=int, default=4, help="L for every method (default 4)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target", default=None, help="target folder (default: embedded pair)")
+    parser.add_argument("--draft", default=None, help="transformer draft folder (default: embedded pair)")
+    parser.add_argument("--no-ngram", action="store_true", help="skip the n-gram drafter rows")
+    parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run without the pair)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--json", default=None, help="also write the JSON to this file")
+
+
+@contextmanager
+def _forward_meter(module: torch.nn.Module) -> Iterator[dict[str, float]]:
+    """Count and time ``module``'s forward calls while the block runs."""
+    meter = {"calls": 0, "seconds": 0.0}
+    started: list[float] = []
+    pre = module.register_forward_pre_hook(lambda *_: started.append(time.perf_counter()))
+
+    def post(*_):
+        meter["calls"] += 1
+        meter["seconds"] += time.perf_counter() - started.pop()
+
+    hook = module.register_forward_hook(post)
+    try:
+        yield meter
+    finally:
+        pre.remove()
+        hook.remove()
+
+
+def assisted(target, draft, prompt_ids: list[int], *, max_new_tokens: int, temperature: float,
+             draft_length: int, seed: int) -> dict[str, float]:
+    """``transformers`` assisted generation: sampling, constant L, no confidence early exit, no EOS
+    stop (as ``ignore_eos`` in our runs)."""
+    input_ids = torch.tensor([prompt_ids])
+    torch.manual_seed(seed)
+    # transformers 5 reads these from the assistant's own generation config
+    assistant_config = draft.model.generation_config
+    saved = {k: getattr(assistant_config, k, None) for k in _ASSISTANT_SETTINGS}
+    assistant_config.update(num_assistant_tokens=draft_length, num_assistant_tokens_schedule="constant",
+                            assistant_confidence_threshold=0.0)
+    try:
+        with _forward_meter(target.model) as target_meter, _forward_meter(draft.model) as draft_meter:
+            start = time.perf_counter()
+            with torch.inference_mode():
+                out = target.model.generate(
+                    input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=draft.model,
+                    do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+                    eos_token_id=None, pad_token_id=target.eos_token_id,
+                )
+            seconds = time.perf_counter() - start
+    finally:
+        assistant_config.update(**saved)
+    return dict(tokens=out.shape[1] - len(prompt_ids), seconds=seconds, target_calls=target_meter["calls"],
+                target_seconds=target_meter["seconds"], draft_calls=draft_meter["calls"],
+                draft_seconds=draft_meter["seconds"])
+
+
+def _models(args) -> tuple[Any, dict[str, Any], Any]:
+    if args.tiny:
+        from ..models.hf import TransformersModel
+        from ..models.toy import char_tokenizer, tiny_causal_lm
+
+        tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_ .,:()[]=+-*/<>\"'#\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        size = len(tokenizer)
+        target = TransformersModel(tiny_causal_lm(size, width=64, layers=2, dtype=torch.float32, max_positions=4096), tokenizer)
+        draft = TransformersModel(tiny_causal_lm(size, width=16, layers=1, seed=1, dtype=torch.float32, max_positions=4096))
+        return target, {"draft": draft}, tokenizer
+    from ..models.pair import load_ngram_draft, load_pair
+
+    pair = load_pair(args.target, args.draft)
+    drafts = {"draft": pair.draft}
+    if not args.no_ngram:
+        drafts["ngram"] = load_ngram_draft(pair.target)
+    return pair.target, drafts, pair.tokenizer
+
+
+def run(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from ..train.measure import humaneval_prompts
+
+    hf_logging.set_verbosity_error()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target, drafts, tokenizer = _models(args)
+    specs = [s for s in SPECS if s.partition("@")[2] in ("", *drafts)]
+    prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.prompts)]
+    settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, draft_length=args.draft_length)
+    ours = dict(settings, ignore_eos=True)  # every method generates exactly max_new_tokens
+    # warm-up, not timed
+    for spec in specs:
+        run_spec(spec, target, drafts, prompts[0], **{**ours, "max_new_tokens": 4, "seed": 0})
+    assisted(target, drafts["draft"], prompts[0], **{**settings, "max_new_tokens": 4, "seed": 0})
+
+    totals: dict[str, dict[str, float]] = {}
+    for i, prompt_ids in enumerate(prompts):
+        for spec in specs:
+            r = run_spec(spec, target, drafts, prompt_ids, seed=args.seed + i, **ours).result
+            _add(totals, spec, tokens=len(r.tokens), seconds=r.seconds, target_calls=r.target_calls,
+                 target_seconds=r.target_seconds, draft_calls=r.draft_calls, draft_seconds=r.draft_seconds,
+                 accepted=r.accepted, steps=len(r.steps))
+        _add(totals, ASSISTED, **assisted(target, drafts["draft"], prompt_ids, seed=args.seed + i, **settings))
+    report = _report(totals, args, target)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as handle:
+            handle.write(text + "\n")
+    print()
+    columns = [("method", "method", "s"), ("tokens_per_second", "tokens/s", ".1f"), ("vs_ar", "vs ar", ".2f"),
+               ("acceptance", "acceptance", ".2f"), ("tokens_per_target_call", "tokens/target call", ".2f"),
+               ("cost_ratio", "draft/target cost", ".3f"), ("tokens", "tokens", "d")]
+    print(format_table(report["methods"], columns))
+    goals = report["goals"]
+    print(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0); "
+          f"sd {goals['sd_vs_assisted']:.2f}x transformers assisted generation (goal 1.2)")
+    return 0
+
+
+def _add(totals: dict, name: str, **values: float) -> None:
+    bucket = totals.setdefault(name, {})
+    for key, value in values.items():
+        bucket[key] = bucket.get(key, 0) + value
+
+
+def _report(totals: dict, args, target) -> dict[str, Any]:
+    ar = totals["ar"]
+    ar_speed = ar["tokens"] / ar["seconds"]
+    target_call = ar["target_seconds"] / ar["target_calls"]
+    rows = []
+    for name, t in totals.items():
+        speed = t["tokens"] / t["seconds"]
+        per_call = t["tokens"] / t["target_calls"]
+        if name == ASSISTED:
+            acceptance = (per_call - 1) / args.draft_length
+        else:
+            acceptance = t["accepted"] / (t["steps"] * args.draft_length) if t.get("draft_calls") else None
+        rows.append(dict(
+            method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3), tokens_per_second=speed,
+            vs_ar=speed / ar_speed, acceptance=acceptance, tokens_per_target_call=per_call,
+            cost_ratio=(t["draft_seconds"] / t["draft_calls"]) / target_call if t.get("draft_calls") else None,
+        ))
+    ours = [r for r in rows if r["method"] not in ("ar", ASSISTED)]
+    best = max(ours, key=lambda r: r["tokens_per_second"])
+    speed = {r["method"]: r["tokens_per_second"] for r in rows}
+    return dict(
+        command="draftverify bench speed " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if k in ("prompts", "max_new_tokens", "temperature", "draft_length", "seed") and v is not None),
+        settings=dict(prompts=args.prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                      draft_length=args.draft_length, num_drafts=1, tiny=args.tiny, threads=torch.get_num_threads()),
+        target_seconds_per_call_ar=target_call,
+        methods=rows,
+        goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
+                   sd_vs_assisted=speed["sd"] / speed[ASSISTED]),
+    )

@@ -1,0 +1,107 @@
+"""Side-by-side runs of several methods on one prompt (``make demo``; the speed benchmark's rows).
+
+A method spec is ``"ar"``, a verifier name (``"bv"``: the transformer draft) or a name with a
+draft after ``@`` (``"sd@ngram"``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from ..models.base import LanguageModel
+from .generate import generate
+from .stats import GenerationResult
+
+__all__ = ["MethodRun", "run_spec", "compare", "format_table"]
+
+DEMO_SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One method on one prompt: the result and the cost ratio of its draft."""
+
+    spec: str
+    result: GenerationResult
+
+    @property
+    def draft_seconds_per_call(self) -> float | None:
+        r = self.result
+        return r.draft_seconds / r.draft_calls if r.draft_calls else None
+
+
+def run_spec(
+    spec: str, target: LanguageModel, drafts: dict[str, LanguageModel], prompt_ids: list[int], **settings: Any
+) -> MethodRun:
+    """Run ``spec`` (see module doc) with ``drafts[name]`` as its draft (``"draft"`` by default)."""
+    method, _, draft_name = spec.partition("@")
+    draft_name = draft_name or "draft"
+    if method != "ar" and draft_name not in drafts:
+        raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
+    if method == "ar":
+        settings = {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
+    draft = drafts.get(draft_name) if method != "ar" else None
+    return MethodRun(spec, generate(target, draft, prompt_ids, method, **settings))
+
+
+def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    """A plain-text table: ``columns`` = (key, header, format) per column; None prints as '-'."""
+    cells = [[header for _, header, _ in columns]]
+    for row in rows:
+        cells.append(["-" if row.get(key) is None else format(row[key], fmt) for key, _, fmt in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
+
+
+def compare(
+    prompt: str | None = None,
+    *,
+    specs: tuple[str, ...] = DEMO_SPECS,
+    max_new_tokens: int = 96,
+    temperature: float = 1.0,
+    draft_length: int = 4,
+    seed: int = 0,
+    target: LanguageModel | None = None,
+    drafts: dict[str, LanguageModel] | None = None,
+    tokenizer: Any = None,
+    out: TextIO = sys.stdout,
+) -> list[dict[str, Any]]:
+    """Complete ``prompt`` (default: HumanEval/0) with each method; print the completion of the
+    last method and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
+
+    Default models: the embedded pair, its transformer draft as ``"draft"`` and its n-gram drafter
+    as ``"ngram"``. Returns the table rows.
+    """
+    if target is None:
+        from ..models.pair import load_ngram_draft, load_pair
+
+        pair = load_pair()
+        target, tokenizer = pair.target, pair.tokenizer
+        drafts = {"draft": pair.draft, "ngram": load_ngram_draft(pair.target)}
+    drafts = drafts or {}
+    if prompt is None:
+        from ..train.measure import humaneval_prompts
+
+        prompt = humaneval_prompts(1)[0]
+    prompt_ids = tokenizer.encode(prompt)
+    settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, draft_length=draft_length, seed=seed)
+    for spec in specs:  # warm-up: one-time allocations are not timed
+        run_spec(spec, target, drafts, prompt_ids, **{**settings, "max_new_tokens": 2})
+    runs = [run_spec(spec, target, drafts, prompt_ids, tokenizer=tokenizer, **settings) for spec in specs]
+    ar = next((r.result.tokens_per_second for r in runs if r.spec == "ar"), None)
+    rows = [
+        dict(
+            method=r.spec, tokens=len(r.result.tokens), tokens_per_second=r.result.tokens_per_second,
+            speedup=r.result.tokens_per_second / ar if ar else None, acceptance=r.result.acceptance_rate,
+            tokens_per_target_call=r.result.tokens_per_target_call,
+        )
+        for r in runs
+    ]
+    out.write(prompt + (runs[-1].result.text or "") + "\n\n")
+    columns = [("method", "method", "s"), ("tokens", "tokens", "d"), ("tokens_per_second", "tokens/s", ".1f"),
+               ("speedup", "vs ar", ".2f"), ("acceptance", "acceptance", ".2f"),
+               ("tokens_per_target_call", "tokens/target call", ".2f")]
+    out.write(format_table(rows, columns) + "\n")
+    return rows

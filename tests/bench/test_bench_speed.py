@@ -1,0 +1,39 @@
+"""`draftverify bench speed` and `engine.compare` run end to end (smoke runs on tiny models; the
+numbers are a benchmark's business, not a test's)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import torch
+
+from draftverify.cli import main
+from draftverify.engine.compare import compare
+from draftverify.models.hf import TransformersModel
+from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+
+
+def test_bench_speed_prints_json_and_table(capsys, tmp_path):
+    out_file = tmp_path / "speed.json"
+    code = main(["bench", "speed", "--tiny", "--prompts", "1", "--max-new-tokens", "6", "--draft-length", "2",
+                 "--json", str(out_file)])
+    out = capsys.readouterr().out
+    report = json.loads(out_file.read_text())
+    assert code == 0 and "vs ar" in out and "goal 2.0" in out
+    rows = {r["method"]: r for r in report["methods"]}
+    assert set(rows) == {"ar", "sd", "bv", "hf-assisted"}
+    assert all(r["tokens"] == 6 for r in rows.values())  # EOS ignored by every method
+    assert rows["ar"]["vs_ar"] == 1.0 and rows["sd"]["cost_ratio"] > 0
+    assert report["goals"]["best_exact_method"] in ("sd", "bv")
+
+
+def test_compare_prints_completion_and_table():
+    tokenizer = char_tokenizer()
+    target = TransformersModel(tiny_causal_lm(len(tokenizer), dtype=torch.float32), tokenizer)
+    draft = TransformersModel(tiny_causal_lm(len(tokenizer), width=16, layers=1, seed=1, dtype=torch.float32))
+    out = io.StringIO()
+    rows = compare("def f(x):", target=target, drafts={"draft": draft}, tokenizer=tokenizer,
+                   specs=("ar", "sd", "bv"), max_new_tokens=8, out=out)
+    assert [r["method"] for r in rows] == ["ar", "sd", "bv"] and rows[0]["speedup"] == 1.0
+    assert out.getvalue().startswith("def f(x):") and "tokens/target call" in out.getvalue()
