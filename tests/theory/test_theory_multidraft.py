@@ -5,12 +5,14 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 from _theory_models import distribution_pairs, markov_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from draftverify import theory
-from draftverify.testing import random_pair
+from draftverify import get_verifier, theory, verifiers
+from draftverify.testing import exact_output_law, random_pair
+from draftverify.theory._validate import joint_laws
 
 
 def brute_force_alpha_star(target: np.ndarray, draft: np.ndarray, k: int) -> float:
@@ -163,3 +165,46 @@ def test_spectr_gbv_as_written_is_not_exact_and_misses_its_claim():
     law_one, tau_one = spectr_gbv_one_token_law(target, draft, 1)
     np.testing.assert_allclose(law_one, target)
     assert tau_one == pytest.approx(theory.spectr_gbv_claimed_bound([target], [draft], 1).sum())
+
+
+def registered_verifier(name, **options):
+    if name not in {info.name for info in verifiers()}:
+        pytest.skip(f"verifier {name!r} is not registered")
+    return get_verifier(name, **options)
+
+
+def exact_expected_tau(name, target_tables, draft_tables, k, **options):
+    """E[accepted tokens] of one call of a registered K-draft verifier, by enumerating every drafted
+    K x L block (weighted by its draft probability) and every branch of the verifier's randomness."""
+    verifier = registered_verifier(name, **options)
+    length, vocab = len(target_tables), target_tables[0].shape[0]
+    total = 0.0
+    for flat in itertools.product(range(vocab), repeat=k * length):
+        drafts = np.array(flat).reshape(k, length)
+        draft_rows = np.stack([[draft_tables[i][tuple(row[:i])] for i in range(length)] for row in drafts])
+        target_rows = np.stack([[target_tables[i][tuple(row[:i])] for i in range(length)] + [target_tables[0]] for row in drafts])
+        weight = np.prod(np.take_along_axis(draft_rows, drafts[..., None], -1))
+        if weight == 0:
+            continue
+        law = exact_output_law(verifier, torch.tensor(drafts), torch.tensor(draft_rows), torch.tensor(target_rows))
+        total += weight * sum(p * (len(tokens) - 1) for tokens, p in law.items())
+    return total
+
+
+def test_lemma_5_1_claim_beside_the_implemented_multidraft_verifiers():
+    # L = 2, K = 2 on a known-law order-2 Markov pair: per-position optimal transport (exact with the
+    # LP solver) accepts more than SpecTr-GBV's "upper bound"; every exact verifier stays below the
+    # true bound sum_j alpha*(T^(j), D^(j), K) over the joint laws of the first j tokens
+    pair = random_pair(vocab_size=2, order=2, seed=1)
+    target, draft = markov_tables(pair.target, 2), markov_tables(pair.draft, 2)
+    claim = theory.spectr_gbv_claimed_bound(target, draft, 2).sum()
+    kseq = exact_expected_tau("kseq", target, draft, 2)
+    transport = exact_expected_tau("ot", target, draft, 2, solver="lp")
+    joint_bound = sum(
+        brute_force_alpha_star(t.ravel(), d.ravel(), 2) for t, d in zip(joint_laws(target), joint_laws(draft))
+    )
+    assert transport > claim + 0.1  # 1.857 against 1.748
+    assert kseq <= transport + 1e-9 and transport <= joint_bound + 1e-9
+    # at L = 1 the registered kseq accepts exactly 1 - (1 - beta(rho*))^K
+    one = exact_expected_tau("kseq", target[:1], draft[:1], 3)
+    assert one == pytest.approx(float(theory.kseq_acceptance(target[0], draft[0], 3)), abs=1e-9)
