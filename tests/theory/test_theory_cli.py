@@ -13,7 +13,8 @@ def run(capsys, *argv):
 
 def test_speedup_table_and_plot(capsys, tmp_path):
     plot = tmp_path / "speedup.png"
-    code, out, _ = run(capsys, "speedup", "--acceptance", "0.8", "--rho", "0.05", "--draft-length", "5", "8", "--plot", str(plot))
+    argv = ["speedup", "--acceptance", "0.8", "--rho", "0.05", "--draft-length", "5", "8", "--plot", str(plot)]
+    code, out, _ = run(capsys, *argv)
     assert code == 0
     assert "3.6893" in out and "2.9514" in out  # k and S at L = 5
     assert out.splitlines()[-2].rstrip().endswith("*")  # L = 8 is the optimum

@@ -83,7 +83,9 @@ def test_registered_submaximal_verifier_rejects_as_proposition_3_2_says():
     draft = rng.dirichlet(np.ones(4))
     rejection = 0.0
     for x in range(4):  # exact law of one call per drafted token, weighted by D(x)
-        law = exact_output_law(verifier, torch.tensor([[x]]), torch.tensor(draft[None, None]), torch.tensor(target[None]))
+        law = exact_output_law(
+            verifier, torch.tensor([[x]]), torch.tensor(draft[None, None]), torch.tensor(target[None])
+        )
         rejection += draft[x] * sum(p for tokens, p in law.items() if len(tokens) == 1)
     expected = theory.submaximal_step(target[0], draft, 0.3 * np.minimum(target[0], draft)).rejection
     assert rejection == pytest.approx(expected, abs=1e-12)

@@ -182,7 +182,8 @@ def exact_expected_tau(name, target_tables, draft_tables, k, **options):
     for flat in itertools.product(range(vocab), repeat=k * length):
         drafts = np.array(flat).reshape(k, length)
         draft_rows = np.stack([[draft_tables[i][tuple(row[:i])] for i in range(length)] for row in drafts])
-        target_rows = np.stack([[target_tables[i][tuple(row[:i])] for i in range(length)] + [target_tables[0]] for row in drafts])
+        bonus = [target_tables[0]]  # any distribution: the bonus token does not count in tau
+        target_rows = np.stack([[target_tables[i][tuple(row[:i])] for i in range(length)] + bonus for row in drafts])
         weight = np.prod(np.take_along_axis(draft_rows, drafts[..., None], -1))
         if weight == 0:
             continue

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from draftverify import theory
 from draftverify.testing import random_pair
 
+RNG = np.random.default_rng(0)
+
 
 def test_blog_table_of_tokens_per_step():
     # seed 002, "Expected tokens per step" table, rows alpha, columns gamma = 3, 5, 7, 10
@@ -103,7 +105,7 @@ def test_pooled_acceptance_rate_is_unbiased_but_dividing_by_gamma_is_not():
         lambda: theory.optimal_draft_length(1.0, 0.1),
         lambda: theory.optimal_draft_length(0.5, 0.0),
         lambda: theory.acceptance_profile([np.array([0.5, 0.6])], [np.array([0.5, 0.5])]),
-        lambda: theory.acceptance_profile(random_tables(np.random.default_rng(0), 3, 2), random_tables(np.random.default_rng(0), 3, 3)),
+        lambda: theory.acceptance_profile(random_tables(RNG, 3, 2), random_tables(RNG, 3, 3)),
         lambda: theory.acceptance_profile([np.ones((2, 2)) / 2], [np.ones((2, 2)) / 2]),
     ],
 )

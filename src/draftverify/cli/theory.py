@@ -99,7 +99,8 @@ def _temperature(args: argparse.Namespace) -> int:
     law = theory.temperature_law(args.target, taus, rho)
     rows = [[float(t), float(e), float(f), float(r), float(b)] for t, e, f, r, b in zip(
         taus, law.exact_tv, law.first_order, law.remainder, law.bound)]
-    print(f"TV(p_tau, q) vs |tau - 1|/2 MAD_q[log q] (seed 000 Thm 4.1) and C(m, rho)(tau - 1)^2 (Thm 4.2), rho = {rho:g}")
+    print(f"TV(p_tau, q) vs |tau - 1|/2 MAD_q[log q] (seed 000 Thm 4.1), bound C(m, rho)(tau - 1)^2 (Thm 4.2), "
+          f"rho = {rho:g}")
     _print_table(["tau", "exact TV", "first order", "remainder", "bound"], rows)
     if args.plot:
         fig, ax = _figure()
@@ -120,7 +121,8 @@ def _kseq(args: argparse.Namespace) -> int:
         values = theory.multidraft_acceptance(args.target, args.draft, k)
         rho = float(theory.kseq_rho(args.target, args.draft, k))
         rows.append([k, rho, values.kseq, values.optimal, values.kseq_guarantee, values.spectr_gbv_claim])
-    print("K i.i.d. drafts, one position: K-SEQ (Sun et al. 2023), alpha* (Hu et al. 2025), seed 004 Lemma 5.1 at L = 1")
+    print("K i.i.d. drafts, one position: K-SEQ (Sun et al. 2023), alpha* (Hu et al. 2025), "
+          "seed 004 Lemma 5.1 at L = 1")
     _print_table(["K", "rho*", "K-SEQ", "alpha*", "(1-1/e)alpha*", "SpecTr-GBV claim"], rows)
     return 0
 

@@ -83,7 +83,9 @@ def full_acceptance_bound(target_tables, draft_tables) -> FullAcceptanceBound:
     exact = float(path_products(target, draft)[-1].sum())
     by_target = _expected_tv(target, draft, _validate.joint_laws(target))
     by_draft = _expected_tv(target, draft, _validate.joint_laws(draft))
-    return FullAcceptanceBound(exact=exact, bound_target=1 - float(by_target.sum()), bound_draft=1 - float(by_draft.sum()))
+    return FullAcceptanceBound(
+        exact=exact, bound_target=1 - float(by_target.sum()), bound_draft=1 - float(by_draft.sum())
+    )
 
 
 def markov_sensitivity(tables) -> float:
