@@ -1,0 +1,44 @@
+"""The training schedule and batches of the joint run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from draftverify.train.lm import ModelShape, TrainConfig, lr_factor, sample_batch
+
+
+def test_lr_warmup_then_cosine():
+    assert lr_factor(0, 100, 10, 0.1) == pytest.approx(0.1)
+    assert lr_factor(9, 100, 10, 0.1) == pytest.approx(1.0)
+    assert lr_factor(10, 100, 10, 0.1) == pytest.approx(1.0)
+    assert lr_factor(55, 100, 10, 0.1) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 2)))
+    assert lr_factor(100, 100, 10, 0.1) == pytest.approx(0.1)
+    assert lr_factor(500, 100, 10, 0.1) == pytest.approx(0.1)  # never below the floor
+    factors = [lr_factor(s, 100, 10, 0.1) for s in range(10, 101)]
+    assert all(a >= b for a, b in zip(factors, factors[1:]))
+
+
+def test_batches_depend_only_on_seed_and_step():
+    tokens = np.arange(1000, dtype=np.uint16)
+    a, b = sample_batch(tokens, 3, 16, seed=0, step=5), sample_batch(tokens, 3, 16, seed=0, step=5)
+    assert a.shape == (3, 17) and a.dtype == torch.int64
+    torch.testing.assert_close(a, b)
+    assert not torch.equal(a, sample_batch(tokens, 3, 16, seed=0, step=6))
+    assert torch.all(a[:, 1:] - a[:, :-1] == 1)  # contiguous windows of the stream
+    with pytest.raises(ValueError):
+        sample_batch(tokens[:10], 1, 16, seed=0, step=0)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        ModelShape(2, 30, 4)
+    with pytest.raises(ValueError):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError):
+        TrainConfig(minutes=0)
+    with pytest.raises(ValueError):
+        TrainConfig(min_lr_ratio=1.5)
