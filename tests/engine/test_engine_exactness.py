@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import torch
 import draftverify
 from draftverify.engine import generate_batch
 from draftverify.models.toy import ToyModel
+from draftverify.probs import warp
 from draftverify.testing import goodness_of_fit, random_pair
 from draftverify.verify import Verifier, VerifyResult
 from draftverify.verify.block import GreedyBlockVerification
@@ -27,12 +29,16 @@ def pair():
     return random_pair(vocab_size=VOCAB, order=2, seed=3)
 
 
-def conditional_law(markov, prompt: list[int], num_tokens: int) -> np.ndarray:
-    """Exact law [V ** n] of the n tokens after ``prompt``, from the model's conditionals."""
+def conditional_law(markov, prompt: list[int], num_tokens: int, **warping) -> np.ndarray:
+    """Exact law [V ** n] of the n tokens after ``prompt``, from the model's conditionals
+    (warped by ``draftverify.probs.warp(log conditional, **warping)`` when warping is given)."""
     law = np.ones(1)
     contexts = [list(prompt)]
     for _ in range(num_tokens):
         rows = np.stack([markov.conditional(c) for c in contexts])  # [V ** i, V]
+        if warping:
+            with np.errstate(divide="ignore"):
+                rows = warp(torch.from_numpy(np.log(rows)), **warping).numpy()
         law = (law[:, None] * rows).ravel()
         contexts = [c + [t] for c in contexts for t in range(VOCAB)]
     return law
@@ -76,6 +82,17 @@ def test_engine_output_law_equals_target(pair, method, num_drafts):
 
 def test_ar_output_law_equals_target(pair):
     assert engine_p_value(pair, "ar", draft_length=None) > THRESHOLD
+
+
+def test_warped_target_law_with_temperature_and_top_k(pair):
+    """Draft and target are warped alike, so the output follows the warped target."""
+    warping = dict(temperature=0.6, top_k=2)
+    results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]] * SAMPLES, "sd",
+                             draft_length=2, max_new_tokens=NUM_TOKENS, seed=2, **warping)
+    law = conditional_law(pair.target, [1], NUM_TOKENS, **warping)
+    assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
+    unwarped = conditional_law(pair.target, [1], NUM_TOKENS)
+    assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), unwarped)[0] < THRESHOLD  # the test can tell
 
 
 def test_ragged_prompts_each_follow_their_own_law(pair):
