@@ -187,10 +187,11 @@ def check_inputs(
     check_distributions(draft, "draft_probs")
     check_distributions(target, "target_probs")
     tokens = tokens.to(torch.int64)
-    if bool((tokens < 0).any()) or bool((tokens >= vocab).any()):
-        raise ValueError(f"draft_tokens: token ids must lie in [0, V={vocab})")
+    low_token, high_token = (int(v) for v in torch.aminmax(tokens))
+    if low_token < 0 or high_token >= vocab:
+        raise ValueError(f"draft_tokens: token ids must lie in [0, V={vocab}), got {low_token}..{high_token}")
     drafted = draft.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [K, L]
-    if bool((drafted <= 0).any()):
+    if float(drafted.amin()) <= 0:
         k, i = (int(v) for v in torch.nonzero(drafted <= 0)[0])
         raise ValueError(
             f"draft_tokens[{k}, {i}] = {int(tokens[k, i])} has zero draft probability: "

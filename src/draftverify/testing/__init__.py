@@ -1,0 +1,24 @@
+"""Known-law models, exact enumeration and the exactness checker (a product feature).
+
+``check_exactness(verifier, ...)`` decodes many sequences from a seeded Markov pair through any
+object with the verifier contract's ``verify`` and tests the law of the first N tokens against the
+target's, enumerated exactly. ``exact_sequence_law`` computes that law with no sampling at all.
+"""
+
+from .checker import DecodeTrace, ExactnessReport, check_exactness, decode_known_law, exact_sequence_law, goodness_of_fit
+from .enumerate import enumerate_outcomes, exact_output_law
+from .markov import KnownLawPair, MarkovModel, random_pair
+
+__all__ = [
+    "DecodeTrace",
+    "ExactnessReport",
+    "KnownLawPair",
+    "MarkovModel",
+    "check_exactness",
+    "decode_known_law",
+    "enumerate_outcomes",
+    "exact_output_law",
+    "exact_sequence_law",
+    "goodness_of_fit",
+    "random_pair",
+]

@@ -1,0 +1,55 @@
+"""Deliberately wrong verifiers: each exactness test must reject its twin, or it cannot fail."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from draftverify import rng
+from draftverify.verify import block
+from draftverify.verify.base import VerifyResult, get_verifier
+
+
+class ResampleFromTarget:
+    """`sd` that, after a rejection, draws the correction from the target instead of the residual."""
+
+    def verify(self, draft_tokens, draft_probs, target_probs, generator=None, state=None):
+        x, draft, target = draft_tokens[0], draft_probs[0], target_probs[0]
+        length = x.shape[0]
+        ratio = target[torch.arange(length), x] / draft[torch.arange(length), x]
+        accepted = rng.bernoulli(ratio.clamp(max=1), generator)
+        rejected = torch.nonzero(~accepted)
+        n = int(rejected[0]) if rejected.numel() else length
+        tokens = x[:n].tolist() + [rng.categorical(target[n], generator)]
+        return VerifyResult(tokens, n, 0, None)
+
+
+class GBVWithoutModification:
+    """`gbv` whose target modification is dropped between calls."""
+
+    def __init__(self):
+        self.inner = get_verifier("gbv")
+
+    def verify(self, draft_tokens, draft_probs, target_probs, generator=None, state=None):
+        result = self.inner.verify(draft_tokens, draft_probs, target_probs, generator=generator)
+        return dataclasses.replace(result, state=None)
+
+
+def first_failure(success_probs, generator) -> int:
+    """tau = number of successes before the first failure (the known BV bug)."""
+    successes = rng.bernoulli(success_probs, generator)
+    failures = torch.nonzero(~successes)
+    return int(failures[0]) if failures.numel() else len(successes)
+
+
+class BVStoppingAtFirstRejection:
+    """`bv` that stops at the first failed test instead of taking the last success."""
+
+    def verify(self, draft_tokens, draft_probs, target_probs, generator=None, state=None):
+        original = block.last_success
+        block.last_success = first_failure
+        try:
+            return get_verifier("bv").verify(draft_tokens, draft_probs, target_probs, generator=generator)
+        finally:
+            block.last_success = original
