@@ -43,17 +43,17 @@ def sample_continuation(model, prompt_ids: list[int], num_tokens: int, eos_id: i
     """Sample up to ``num_tokens`` tokens at temperature 1 with a KV cache (stops after eos).
 
     Returns the tokens and the target distributions they were drawn from, ``[n, V]``."""
-    logits = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
+    out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
     tokens, probs = [], []
     while True:
-        dist = F.softmax(logits.logits[0, -1].double(), dim=-1)             # [V]
+        dist = F.softmax(out.logits[0, -1].double(), dim=-1)                # [V]
         token = int(torch.multinomial(dist, 1, generator=generator))
         tokens.append(token)
         probs.append(dist)
         if len(tokens) == num_tokens or token == eos_id:
             return tokens, torch.stack(probs)
-        logits = model(input_ids=torch.tensor([[token]]),
-                       past_key_values=logits.past_key_values, use_cache=True)
+        out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values,
+                    use_cache=True)
 
 
 @torch.no_grad()
