@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import draftverify
+import draftverify.models.base
 from draftverify.engine import DecodeConfig, Decoder, generate, generate_batch
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
@@ -115,3 +116,24 @@ def test_bad_input_is_a_clear_value_error(models, kwargs, message):
     prompt, draft = kwargs.pop("prompt", [1]), kwargs.pop("draft", draft)
     with pytest.raises(ValueError, match=message):
         generate(target, draft, prompt, **kwargs)
+
+
+class ReplicatedTarget(TransformersModel):
+    """The same model scoring K drafts by replicating rows (the backend-independent default)."""
+
+    score_drafts = draftverify.models.base.LanguageModel.score_drafts
+    keep_draft = draftverify.models.base.LanguageModel.keep_draft
+
+
+def test_tree_scoring_decodes_like_replicated_rows(models):
+    multi = [i.name for i in draftverify.verifiers() if i.multi_draft and i.exact]
+    if not multi:
+        pytest.skip("no multi-draft verifier registered")
+    raw, target, draft = models
+    prompts = [[1, 2, 3], [4, 5]]
+    runs = [
+        [r.tokens for r in generate_batch(model, draft, prompts, multi[0], num_drafts=3, draft_length=3,
+                                          max_new_tokens=15, seed=4)]
+        for model in (target, ReplicatedTarget(raw))
+    ]
+    assert runs[0] == runs[1]

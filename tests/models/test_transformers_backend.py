@@ -64,3 +64,28 @@ def test_from_pretrained_loads_model_and_tokenizer(tmp_path):
     assert model.tokenizer.decode(model.tokenizer.encode("ab c")) == "ab c"
     with pytest.raises(FileNotFoundError, match="cannot load"):
         TransformersModel.from_pretrained(tmp_path / "..")  # a folder without a model
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_tree_scoring_of_k_drafts_matches_each_draft_alone(arch):
+    raw = tiny_causal_lm(40, arch=arch, seed=3)
+    model = TransformersModel(raw)
+    cache = model.new_cache(2)
+    model.forward(cache, torch.tensor([[1, 2, 3, 4], [0, 0, 5, 6]]), torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]]).bool())
+    model.crop(cache, torch.tensor([3, 2]))  # row 0 holds [1, 2, 3], row 1 holds [5, 6]
+    held = [[1, 2, 3], [5, 6]]
+    pending, pending_valid = torch.tensor([[7, 8], [0, 9]]), torch.tensor([[True, True], [False, True]])
+    drafts = torch.tensor([[[10, 11, 12], [13, 14, 15]], [[16, 17, 18], [19, 20, 21]]])  # [B=2, K=2, L=3]
+    logits = model.score_drafts(cache, pending, pending_valid, drafts)
+    assert logits.shape == (2, 2, 4, 40)
+    prefixes = [held[0] + [7, 8], held[1] + [9]]
+    for b in range(2):
+        for k in range(2):
+            torch.testing.assert_close(logits[b, k], alone(raw, prefixes[b] + drafts[b, k].tolist(), 4))
+
+    model.keep_draft(cache, torch.tensor([1, 0]), torch.tensor([2, 0]))  # row 0: draft 1, 2 tokens
+    assert cache.row(0) == prefixes[0] + [13, 14] and cache.row(1) == prefixes[1]
+    assert model.backend_length(cache) == cache.tokens.shape[1]
+    out = model.forward(cache, torch.tensor([[30], [31]]))
+    torch.testing.assert_close(out[0, 0], alone(raw, prefixes[0] + [13, 14, 30], 1)[0])
+    torch.testing.assert_close(out[1, 0], alone(raw, prefixes[1] + [31], 1)[0])

@@ -5,12 +5,14 @@ One speculative step for R active prompts, K drafts of length L:
 1. draft: replicate each prompt's draft cache K times; feed the tokens it has not seen (1, or 2
    after a fully accepted draft), then L - 1 drafted tokens, one batched forward per position for
    all R K rows; sample each row's next token from the warped draft distribution;
-2. target: replicate the target cache K times and score the pending token plus the L drafted
-   tokens of every row in one forward: warped target conditionals ``[R K, L + 1, V]``;
+2. target: score the pending token plus the L drafted tokens of all K drafts in one forward
+   (``score_drafts``: K replicated rows, or one row with a tree mask on transformers):
+   warped target conditionals ``[R K, L + 1, V]``;
 3. verify each prompt's K rows (``state`` passed from step to step), cut at EOS / stop / limit,
    commit;
-4. keep the chosen draft row of each unfinished prompt and crop both caches to the committed
-   length: the target holds every committed token but the last, the draft as many as it saw.
+4. keep the chosen draft of each unfinished prompt (``keep_draft`` for the target) and crop both
+   caches to the committed length: the target holds every committed token but the last, the
+   draft as many as it saw.
 
 Invariant (checked by :meth:`Decoder.check_caches`): each cache row holds a prefix of its
 prompt's committed tokens; the target's is all but the last one.
@@ -110,7 +112,7 @@ class Decoder:
         stats = StepStats(0, 0, 0, 1, 0, 0, 1, 0.0, seconds, 0.0)
         for p in self.active:
             self.target_held[p] = len(self.committed[p])
-        return self._commit([[t] for t in sampled], list(range(len(self.active))), [stats] * len(self.active))
+        return self._commit([[t] for t in sampled], [], [stats] * len(self.active))
 
     def _speculative_step(self) -> list[RowStep]:
         cfg, k, length = self.config, self.config.drafts, self.config.length
@@ -133,14 +135,10 @@ class Decoder:
         draft_done = time.perf_counter()
 
         pending, pending_valid = _pending(self.committed, self.target_held, self.active)
-        if k > 1:
-            self.target.reindex(self.target_cache, expand)
-            pending, pending_valid = pending[expand], None if pending_valid is None else pending_valid[expand]
-        scored = torch.cat([pending, draft_tokens], 1)  # [R K, m + L]
-        if pending_valid is not None:
-            pending_valid = torch.cat([pending_valid, torch.ones_like(draft_tokens, dtype=torch.bool)], 1)
-        logits = self.target.forward(self.target_cache, scored, pending_valid, length + 1)  # [R K, L + 1, V]
-        target_probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        logits = self.target.score_drafts(
+            self.target_cache, pending, pending_valid, draft_tokens.reshape(rows, k, length)
+        )  # [R, K, L + 1, V]
+        target_probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p).flatten(0, 1)  # [R K, L + 1, V]
         draft_stack = torch.stack(draft_probs, 1)  # [R K, L, V]
         if draft_stack.dtype != target_probs.dtype:
             draft_stack, target_probs = draft_stack.double(), target_probs.double()
@@ -161,28 +159,30 @@ class Decoder:
             StepStats(k * length, k * (length + 1), res.num_accepted, 0, res.draft_index, length, 1, *times)
             for res in results
         ]
+        self.target.keep_draft(self.target_cache, torch.tensor([res.draft_index for res in results]),
+                               torch.tensor([res.num_accepted for res in results]))
         for r, p in enumerate(self.active):
             self.draft_held[p] = seen[r]
-            self.target_held[p] = len(self.committed[p]) + length
-        keep = [r * k + res.draft_index for r, res in enumerate(results)]
-        return self._commit([res.tokens for res in results], keep, stats)
+            self.target_held[p] = len(self.committed[p]) + results[r].num_accepted
+        draft_rows = [r * k + res.draft_index for r, res in enumerate(results)]
+        return self._commit([res.tokens for res in results], draft_rows, stats)
 
     # --- commit, drop finished rows, crop -------------------------------------------------------
-    def _commit(self, new_tokens: list[list[int]], keep: list[int], stats: list[StepStats]) -> list[RowStep]:
-        """Cut and commit each row's tokens; keep the rows ``keep`` of the caches (one per active
-        prompt), drop finished prompts, crop to the committed lengths."""
-        steps, survivors, survivor_rows = [], [], []
+    def _commit(self, new_tokens: list[list[int]], draft_rows: list[int], stats: list[StepStats]) -> list[RowStep]:
+        """Cut and commit each row's tokens; drop finished prompts; keep draft row ``draft_rows[r]``
+        of active prompt r (the target cache has one row per active prompt); crop to the committed
+        lengths."""
+        steps, survivors = [], []
         for r, p in enumerate(self.active):
             tokens, reason = self.stopper.cut(self.generated(p), new_tokens[r])
             self.committed[p].extend(tokens)
             steps.append(RowStep(p, tokens, replace(stats[r], committed=len(tokens)), reason))
             if reason is None:
-                survivors.append(p)
-                survivor_rows.append(keep[r])
-        self.active = survivors
-        rows = torch.tensor(survivor_rows, dtype=torch.int64)
-        self._keep(self.target, self.target_cache, self.target_held, rows)
+                survivors.append(r)
+        self.active = [self.active[r] for r in survivors]
+        self._keep(self.target, self.target_cache, self.target_held, torch.tensor(survivors, dtype=torch.int64))
         if self.draft_cache is not None:
+            rows = torch.tensor([draft_rows[r] for r in survivors], dtype=torch.int64)
             self._keep(self.draft, self.draft_cache, self.draft_held, rows)
         return steps
 

@@ -35,6 +35,7 @@ class Cache:
     tokens: torch.Tensor  # [B, T] int64, 0 in invalid slots
     valid: torch.Tensor  # [B, T] bool
     backend: Any = None
+    scoring: tuple[int, int] | None = None  # (K, L) between score_drafts and keep_draft
 
     @property
     def batch_size(self) -> int:
@@ -80,6 +81,41 @@ class LanguageModel(ABC):
         cache.valid = torch.cat([old_valid, new_valid], 1)
         holes = valid is not None or not bool(old_valid.all())
         return self._forward(cache, tokens, positions.clamp(min=0), holes, num_logits)
+
+    def score_drafts(
+        self,
+        cache: Cache,
+        pending: torch.Tensor,  # [B, m] tokens the rows have not seen (left-padded)
+        pending_valid: torch.Tensor | None,  # [B, m] bool, or None when nothing is padded
+        drafts: torch.Tensor,  # [B, K, L]
+    ) -> torch.Tensor:
+        """Logits ``[B, K, L + 1, V]``: entry [b, k, i] predicts the token after row b + pending +
+        ``drafts[b, k, :i]``. The cache is then in a scoring state until :meth:`keep_draft`.
+
+        This default replicates each row K times (``reindex``) and scores the K rows in one
+        forward; a backend may score the K drafts of a row in one sequence instead (a tree)."""
+        rows, num_drafts, length = drafts.shape
+        if num_drafts > 1:
+            expand = torch.arange(rows).repeat_interleave(num_drafts)  # [B K]
+            self.reindex(cache, expand)
+            pending = pending[expand]
+            pending_valid = None if pending_valid is None else pending_valid[expand]
+        flat = drafts.reshape(rows * num_drafts, length)
+        valid = None if pending_valid is None else torch.cat([pending_valid, torch.ones_like(flat, dtype=torch.bool)], 1)
+        logits = self.forward(cache, torch.cat([pending, flat], 1), valid, length + 1)  # [B K, L + 1, V]
+        cache.scoring = (num_drafts, length)
+        return logits.reshape(rows, num_drafts, length + 1, -1)
+
+    def keep_draft(self, cache: Cache, choice: torch.Tensor, accepted: torch.Tensor) -> None:
+        """After :meth:`score_drafts`: row b keeps its pending tokens and the first ``accepted[b]``
+        tokens of draft ``choice[b]``; the cache has B rows again."""
+        if cache.scoring is None:
+            raise ValueError("keep_draft without score_drafts")
+        num_drafts, length = cache.scoring
+        cache.scoring = None
+        if num_drafts > 1:
+            self.reindex(cache, torch.arange(choice.shape[0]) * num_drafts + choice)
+        self.crop(cache, self.lengths(cache) - length + accepted)
 
     def reindex(self, cache: Cache, rows: torch.Tensor) -> None:
         """Keep rows ``rows`` [B'] of the cache, in that order (repeats allowed)."""

@@ -88,10 +88,13 @@ class TransformersModel(LanguageModel):
         return self._cache_class(config=self.model.config)
 
     def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
+        mask = _attention_mask(cache.valid, tokens.shape[1], self.model.dtype) if holes else None
+        return self._run(cache, tokens, positions, mask, num_logits)
+
+    def _run(self, cache: Cache, tokens, positions, mask, num_logits) -> torch.Tensor:
         limit = getattr(self.config, "max_position_embeddings", None)
         if limit is not None and int(positions.max()) >= limit:
             raise ValueError(f"sequence longer than the model's context of {limit} tokens")
-        mask = _attention_mask(cache.valid, tokens.shape[1], self.model.dtype) if holes else None
         with torch.inference_mode():
             out = self.model(
                 input_ids=tokens,
@@ -103,6 +106,52 @@ class TransformersModel(LanguageModel):
             )
         logits = out.logits[:, -num_logits:]  # [B, num_logits, V]
         return logits if logits.dtype == torch.float64 else logits.float()
+
+    def score_drafts(self, cache: Cache, pending, pending_valid, drafts) -> torch.Tensor:
+        """K > 1: the K drafts of a row go into ONE sequence after its pending tokens, with a tree
+        mask (draft k sees the row, the pending tokens and its own earlier tokens) and positions
+        that restart for every draft; the row's cache is neither copied nor replicated."""
+        rows, num_drafts, length = drafts.shape
+        if num_drafts == 1:
+            return super().score_drafts(cache, pending, pending_valid, drafts)
+        pend_valid = torch.ones_like(pending, dtype=torch.bool) if pending_valid is None else pending_valid
+        held = cache.valid.sum(1, keepdim=True)  # [B, 1]
+        pending_positions = (held + torch.cumsum(pend_valid, 1) - 1).clamp(min=0)  # [B, m]
+        start = held + pend_valid.sum(1, keepdim=True)  # [B, 1]: position of every draft's first token
+        draft_positions = start + torch.arange(length).repeat(num_drafts)  # [B, K L]
+        chunk = torch.cat([pending, drafts.reshape(rows, num_drafts * length)], 1)  # [B, S]
+        chunk_valid = torch.cat([pend_valid, torch.ones(rows, num_drafts * length, dtype=torch.bool)], 1)
+        old_valid = cache.valid
+        cache.tokens = torch.cat([cache.tokens, chunk.masked_fill(~chunk_valid, 0)], 1)
+        cache.valid = torch.cat([old_valid, chunk_valid], 1)
+        mask = _tree_mask(old_valid, pend_valid, num_drafts, length, self.model.dtype)
+        logits = self._run(cache, chunk, torch.cat([pending_positions, draft_positions], 1), mask,
+                           num_drafts * length + 1)  # [B, 1 + K L, V]: last pending, then every draft token
+        cache.scoring = (num_drafts, length)
+        k = torch.arange(num_drafts)[:, None]
+        index = torch.cat([torch.zeros(num_drafts, 1, dtype=torch.int64), 1 + k * length + torch.arange(length)], 1)
+        return logits[:, index]  # [B, K, L + 1, V]
+
+    def keep_draft(self, cache: Cache, choice: torch.Tensor, accepted: torch.Tensor) -> None:
+        """K > 1: move the accepted tokens of the chosen draft (their keys and values) to the slots
+        right after the pending tokens, then drop every other draft slot."""
+        if cache.scoring is None or cache.scoring[0] == 1:
+            return super().keep_draft(cache, choice, accepted)
+        num_drafts, length = cache.scoring
+        cache.scoring = None
+        start = cache.tokens.shape[1] - num_drafts * length  # first draft slot
+        rows, steps = torch.nonzero(torch.arange(length)[None, :] < accepted[:, None], as_tuple=True)
+        source = start + choice[rows] * length + steps
+        target = start + steps
+        with torch.inference_mode():
+            for layer in cache.backend.layers:
+                layer.keys[rows, :, target] = layer.keys[rows, :, source]
+                layer.values[rows, :, target] = layer.values[rows, :, source]
+        cache.tokens[rows, target] = cache.tokens[rows, source]
+        cache.valid[:, start:] = False
+        cache.valid[rows, target] = True
+        cache.tokens = cache.tokens.masked_fill(~cache.valid, 0)
+        self._drop_empty_columns(cache)
 
     def _reindex(self, cache: Cache, rows: torch.Tensor) -> None:
         with torch.inference_mode():
@@ -127,3 +176,24 @@ def _attention_mask(valid: torch.Tensor, num_new: int, dtype: torch.dtype) -> to
     allowed = ((key_slots <= query_slots)[None] & valid[:, None, :]) | (key_slots == query_slots)[None]  # [B, S, T]
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[:, None]
+
+
+def _tree_mask(old_valid: torch.Tensor, pending_valid: torch.Tensor, num_drafts: int, length: int,
+               dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask [B, 1, S, T] for pending tokens [B, m] followed by K drafts of L tokens: every
+    query sees the row's valid slots; pending tokens are causal among themselves; draft k's token i
+    sees the valid pending tokens and draft k's tokens 0..i; every query sees itself."""
+    rows, width = old_valid.shape
+    m = pending_valid.shape[1]
+    size = m + num_drafts * length
+    query = torch.arange(size)
+    draft_of = torch.cat([torch.full((m,), -1), torch.arange(num_drafts).repeat_interleave(length)])  # [S]
+    causal = query[None, :] <= query[:, None]  # [S, S]
+    same_draft = draft_of[:, None] == draft_of[None, :]
+    to_pending = (draft_of[None, :] == -1).expand(size, size)
+    inside = causal & (same_draft | to_pending)  # [S, S]
+    chunk_valid = torch.cat([pending_valid, torch.ones(rows, num_drafts * length, dtype=torch.bool)], 1)
+    allowed = torch.cat([old_valid[:, None, :].expand(rows, size, width), inside[None] & chunk_valid[:, None, :]], 2)
+    allowed = allowed | torch.cat([torch.zeros(size, width, dtype=torch.bool), torch.eye(size, dtype=torch.bool)], 1)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]  # [B, 1, S, T]
