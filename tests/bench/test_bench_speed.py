@@ -22,7 +22,7 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     report = json.loads(out_file.read_text())
     assert code == 0 and "vs ar" in out and "goal 2.0" in out
     rows = {r["method"]: r for r in report["methods"]}
-    assert set(rows) == {"ar", "sd", "bv", "hf-assisted"}
+    assert {"ar", "sd", "bv", "hf-assisted"} <= set(rows)
     assert all(r["tokens"] == 6 for r in rows.values())  # EOS ignored by every method
     assert rows["ar"]["vs_ar"] == 1.0 and rows["sd"]["cost_ratio"] > 0
     assert report["goals"]["best_exact_method"] in ("sd", "bv")

@@ -1,6 +1,7 @@
 """`draftverify bench speed`: tokens/s of ar, sd, bv (transformer and n-gram drafts) and of
 ``transformers``' own assisted generation, on HumanEval prompts, in one run.
 
+Rows ``kseq:K`` add K i.i.d. drafts (SpecTr K-SEQ) scored by one target forward.
 Methods run one after the other on each prompt (so load drifts hit all of them alike), seeded per
 prompt. Reported per method: tokens/s and its ratio to ``ar`` measured in the same run, acceptance
 (accepted / (steps L)), tokens per target call, and the draft/target cost ratio c = seconds per
@@ -20,6 +21,7 @@ from typing import Any, Iterator
 import torch
 
 from ..engine.compare import format_table, run_spec
+from ..verify import verifiers
 
 SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
@@ -35,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=None, help="target folder (default: embedded pair)")
     parser.add_argument("--draft", default=None, help="transformer draft folder (default: embedded pair)")
     parser.add_argument("--no-ngram", action="store_true", help="skip the n-gram drafter rows")
+    parser.add_argument("--multi", type=int, default=4,
+                        help="K of the extra multi-draft rows (kseq), 0 to skip them (default 4)")
     parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run without the pair)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", default=None, help="also write the JSON to this file")
@@ -115,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     target, drafts, tokenizer = _models(args)
-    specs = [s for s in SPECS if s.partition("@")[2] in ("", *drafts)]
+    specs = list(SPECS)
+    if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
+        specs += [f"kseq:{args.multi}", f"kseq:{args.multi}@ngram"]
+    specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
     prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.prompts)]
     settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, draft_length=args.draft_length)
     ours = dict(settings, ignore_eos=True)  # every method generates exactly max_new_tokens
@@ -178,9 +185,10 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
     return dict(
         command="draftverify bench speed " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-            if k in ("prompts", "max_new_tokens", "temperature", "draft_length", "seed") and v is not None),
+            if k in ("prompts", "max_new_tokens", "temperature", "draft_length", "seed", "multi") and v is not None),
         settings=dict(prompts=args.prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                      draft_length=args.draft_length, num_drafts=1, tiny=args.tiny, threads=torch.get_num_threads()),
+                      draft_length=args.draft_length, multi=args.multi, tiny=args.tiny,
+                      threads=torch.get_num_threads()),
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],

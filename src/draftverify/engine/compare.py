@@ -1,7 +1,8 @@
 """Side-by-side runs of several methods on one prompt (``make demo``; the speed benchmark's rows).
 
-A method spec is ``"ar"``, a verifier name (``"bv"``: the transformer draft) or a name with a
-draft after ``@`` (``"sd@ngram"``).
+A method spec is ``"ar"`` or ``name[:K][@draft]``: a verifier name, optionally its number of
+drafts and the draft to use (default ``"draft"``, the transformer draft), e.g. ``"bv"``,
+``"sd@ngram"``, ``"kseq:4@ngram"``.
 """
 
 from __future__ import annotations
@@ -36,12 +37,17 @@ def run_spec(
     spec: str, target: LanguageModel, drafts: dict[str, LanguageModel], prompt_ids: list[int], **settings: Any
 ) -> MethodRun:
     """Run ``spec`` (see module doc) with ``drafts[name]`` as its draft (``"draft"`` by default)."""
-    method, _, draft_name = spec.partition("@")
+    head, _, draft_name = spec.partition("@")
+    method, _, count = head.partition(":")
     draft_name = draft_name or "draft"
     if method != "ar" and draft_name not in drafts:
         raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
     if method == "ar":
         settings = {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
+    elif count:
+        if not count.isdigit():
+            raise ValueError(f"{spec}: the number of drafts after ':' must be an integer")
+        settings = {**settings, "num_drafts": int(count)}
     draft = drafts.get(draft_name) if method != "ar" else None
     return MethodRun(spec, generate(target, draft, prompt_ids, method, **settings))
 
