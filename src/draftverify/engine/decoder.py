@@ -98,6 +98,10 @@ class Decoder:
         """One decoding step for every active prompt."""
         if self.done:
             raise ValueError("decoding is finished")
+        if self.config.name == "sprinter":  # sequential approximate verification runs its own step
+            from .sprinter import sprinter_step
+
+            return sprinter_step(self)
         return self._speculative_step() if self.config.speculative else self._ar_step()
 
     # --- the two kinds of step ----------------------------------------------------------------
@@ -109,7 +113,8 @@ class Decoder:
         probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         sampled = torch.multinomial(probs, 1, generator=self.generator)[:, 0].tolist()  # [R]
         seconds = time.perf_counter() - start
-        stats = StepStats(0, 0, 0, 1, 0, 0, 1, 0.0, seconds, 0.0)
+        stats = StepStats(drafted=0, verified=0, accepted=0, committed=1, draft_index=0, draft_calls=0,
+                          target_calls=1, draft_seconds=0.0, target_seconds=seconds, verify_seconds=0.0)
         for p in self.active:
             self.target_held[p] = len(self.committed[p])
         return self._commit([[t] for t in sampled], [], [stats] * len(self.active))
@@ -150,13 +155,18 @@ class Decoder:
             result = self.verifier.verify(
                 draft_tokens[block], draft_stack[block], target_probs[block], self.generator, self.states[p]
             )
+            accepted = result.tokens[: result.num_accepted]
+            if accepted != draft_tokens[r * k + result.draft_index, : result.num_accepted].tolist():
+                raise ValueError(f"{cfg.name}: accepted tokens are not a prefix of draft {result.draft_index}")
             self.states[p] = result.state
             results.append(result)
         verify_done = time.perf_counter()
 
-        times = (draft_done - start, target_done - draft_done, verify_done - target_done)
         stats = [
-            StepStats(k * length, k * (length + 1), res.num_accepted, 0, res.draft_index, length, 1, *times)
+            StepStats(drafted=k * length, verified=k * (length + 1), accepted=res.num_accepted, committed=0,
+                      draft_index=res.draft_index, draft_calls=length, target_calls=1,
+                      draft_seconds=draft_done - start, target_seconds=target_done - draft_done,
+                      verify_seconds=verify_done - target_done)
             for res in results
         ]
         self.target.keep_draft(self.target_cache, torch.tensor([res.draft_index for res in results]),
