@@ -10,6 +10,7 @@ import importlib
 
 _BENCHES: dict[str, tuple[str, str]] = {
     "speed": ("speed", "tokens/s of ar, sd, bv and transformers assisted generation on HumanEval prompts"),
+    "decode": ("decode", "sweep methods x K x L x temperature on a prompt set: acceptance, block efficiency, speedup, report and plots"),
 }
 
 
