@@ -1,0 +1,13 @@
+"""Optimal transport for multi-draft verification with i.i.d. drafts (seed 001, Global Resolution).
+
+``optimal_acceptance`` / ``optimal_subset``: alpha* and H* (Theorem 3.1). ``solve``: a
+:class:`TransportPlan` by ``lp``, ``maxflow``, ``maxflow-cs`` or ``gr``. Pure numpy/scipy (and
+OR-Tools for max-flow); arrays in, results out.
+"""
+
+from ._networks import NetworkTooLarge
+from ._plan import TransportPlan
+from ._solve import METHODS, solve
+from ._subset import optimal_acceptance, optimal_subset
+
+__all__ = ["METHODS", "NetworkTooLarge", "TransportPlan", "optimal_acceptance", "optimal_subset", "solve"]

@@ -1,0 +1,242 @@
+"""Exact solvers: the relaxed OTLP by HiGHS (``lp``) and by max-flow (``maxflow``), and the
+complementary-slackness networks (``maxflow-cs``).
+
+Seed 001 eq. 2 (relaxed OTLP), section 5.2 (bipartite max-flow network Omega), section 5.3 and
+Theorem 5.1 (outer and inner systems), appendix K eq. 117-120 (tuples grouped by their set of
+distinct tokens: one right vertex per set, capacity = its draft mass). Max-flow uses OR-Tools'
+``SimpleMaxFlow`` (C++, integer capacities): probabilities are scaled by 2^52 and rounded down, so
+flows are feasible and lose at most 2^-52 per arc of acceptance; allocations are normalised by the
+flow actually routed. ``lp`` and ``maxflow`` work on ordered tuples as seed 001 does;
+``maxflow-cs`` on grouped sets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+from scipy import optimize, sparse
+
+from ._plan import Part
+from ._subset import Instance
+
+__all__ = ["solve_full", "outer_network", "inner_network", "set_masses", "subsets", "NetworkTooLarge"]
+
+_SCALE = float(2**52)
+_INFINITE = 2**60
+
+
+class NetworkTooLarge(ValueError):
+    """The requested network exceeds ``max_arcs``."""
+
+
+def subsets(count: int, max_size: int) -> list[np.ndarray]:
+    """All subsets of range(count) of size 1..max_size, one [C(count, s), s] array per size."""
+    return [np.array(list(itertools.combinations(range(count), s)), dtype=np.int64).reshape(-1, s) for s in range(1, max_size + 1)]
+
+
+def set_masses(members: np.ndarray, draft: np.ndarray, background: float, num_drafts: int) -> np.ndarray:
+    """Draft mass of the tuples whose distinct served tokens are exactly each row of ``members``.
+
+    c_S = n! [s^n] e^{b s} prod_{j in S} (e^{d_j s} - 1) with b the background mass (seed 001
+    eq. 118 / 120 rewritten as a sum of positive terms: no cancellation, unlike inclusion-exclusion).
+    members: [M, s] indices into ``draft``.
+    """
+    n = num_drafts
+    k = np.arange(n + 1)
+    factorial = np.array([math.factorial(i) for i in range(n + 1)], dtype=np.float64)
+    series = (background**k / factorial)[None, :].repeat(members.shape[0], axis=0)  # [M, n+1]
+    for column in members.T:
+        factor = draft[column][:, None] ** k[None, :] / factorial  # [M, n+1]
+        factor[:, 0] = 0.0  # e^{ds} - 1
+        product = np.zeros_like(series)
+        for a in range(n + 1):
+            product[:, a:] += series[:, a : a + 1] * factor[:, : n + 1 - a]
+        series = product
+    return math.factorial(n) * series[:, n]
+
+
+def _max_flow(left_caps: np.ndarray, right_caps: np.ndarray, edge_left: np.ndarray, edge_right: np.ndarray) -> np.ndarray:
+    """Flows on the left->right arcs of a bipartite network s -> left -> right -> t (max flow)."""
+    from ortools.graph.python import max_flow
+
+    num_left, num_right = left_caps.size, right_caps.size
+    left_ids = np.arange(num_left, dtype=np.int32) + 2
+    right_ids = np.arange(num_right, dtype=np.int32) + 2 + num_left
+    tails = np.concatenate([np.zeros(num_left, np.int32), left_ids[edge_left], right_ids])
+    heads = np.concatenate([left_ids, right_ids[edge_right], np.ones(num_right, np.int32)])
+    caps = np.concatenate(
+        [
+            np.floor(left_caps * _SCALE).astype(np.int64),
+            np.full(edge_left.size, _INFINITE, np.int64),
+            np.floor(right_caps * _SCALE).astype(np.int64),
+        ]
+    )
+    solver = max_flow.SimpleMaxFlow()
+    arcs = solver.add_arcs_with_capacity(tails, heads, caps)
+    status = solver.solve(0, 1)
+    if status != solver.OPTIMAL:
+        raise RuntimeError(f"OR-Tools max-flow failed with status {status}")
+    middle = arcs[num_left : num_left + edge_left.size]
+    return solver.flows(middle).astype(np.float64) / _SCALE
+
+
+def _relaxed_lp(left_caps, right_caps, edge_left, edge_right) -> np.ndarray:
+    """Relaxed OTLP (seed 001 eq. 2) by HiGHS: max sum S, row sums <= left, column sums <= right."""
+    num_edges = edge_left.size
+    columns = np.arange(num_edges)
+    rows = sparse.vstack(
+        [
+            sparse.csr_matrix((np.ones(num_edges), (edge_left, columns)), shape=(left_caps.size, num_edges)),
+            sparse.csr_matrix((np.ones(num_edges), (edge_right, columns)), shape=(right_caps.size, num_edges)),
+        ]
+    ).tocsr()
+    result = optimize.linprog(
+        -np.ones(num_edges), A_ub=rows, b_ub=np.concatenate([left_caps, right_caps]), bounds=(0, None), method="highs"
+    )
+    if result.status != 0:
+        raise RuntimeError(f"HiGHS failed: {result.message}")
+    return np.maximum(result.x, 0.0)
+
+
+class Full:
+    """Relaxed OTLP over ordered tuples completed by seed 001 eq. 3 (methods ``lp`` and ``maxflow``)."""
+
+    def __init__(self, instance: Instance, method: str, max_arcs: int):
+        start = time.perf_counter()
+        self.instance = instance
+        n, k = instance.num_drafts, instance.order.size
+        if k**n * (n + 1) > max_arcs:
+            raise NetworkTooLarge(f"{method}: {k}^{n} ordered tuples exceed max_arcs={max_arcs}")
+        local = np.indices((k,) * n).reshape(n, -1).T  # [k^n, n] tuples in support-local ids
+        draft = instance.draft[instance.order]
+        self.tuple_mass = np.prod(draft[local], axis=1)  # [k^n] Pdraft(w)
+        first = np.ones_like(local, dtype=bool)  # slot j holds the first occurrence of its token
+        for j in range(1, n):
+            first[:, j] = np.all(local[:, :j] != local[:, j : j + 1], axis=1)
+        edge_tuple, edge_slot = np.nonzero(first)
+        edge_token = local[edge_tuple, edge_slot]
+        caps = instance.target[instance.order]
+        solve = _max_flow if method == "maxflow" else _relaxed_lp
+        flows = solve(caps, self.tuple_mass, edge_token, edge_tuple)
+        self.flows = np.zeros(local.shape)  # [k^n, n]
+        self.flows[edge_tuple, edge_slot] = flows
+        self.residual = instance.target.copy()  # [V] p_res (eq. 3)
+        np.subtract.at(self.residual, instance.order[edge_token], flows)
+        self.residual = np.maximum(self.residual, 0.0)
+        self.draft_residual = np.maximum(self.tuple_mass - self.flows.sum(axis=1), 0.0)  # [k^n]
+        self.position = np.full(instance.vocab_size, -1, dtype=np.int64)
+        self.position[instance.order] = np.arange(k)
+        self.seconds = time.perf_counter() - start
+
+    def conditional(self, drafts: np.ndarray) -> np.ndarray:
+        local = self.position[drafts]
+        index = int(np.ravel_multi_index(tuple(local), (self.instance.order.size,) * self.instance.num_drafts))
+        out = np.zeros(self.instance.vocab_size)
+        np.add.at(out, drafts, self.flows[index])
+        total_residual = self.residual.sum()
+        if total_residual > 0:
+            out += self.draft_residual[index] * self.residual / total_residual
+        return out / out.sum()  # divides by Pdraft(w) up to the flow rounding
+
+    def implied_target(self) -> np.ndarray:
+        law = self.instance.target - self.residual
+        total_residual = self.residual.sum()
+        if total_residual > 0:
+            law = law + self.draft_residual.sum() * self.residual / total_residual
+        return law
+
+    def acceptance(self) -> float:
+        return float(self.flows.sum())
+
+    def error_bound(self) -> float:
+        return 0.0
+
+    def converged(self) -> bool:
+        return True
+
+    def timings(self) -> dict[str, float]:
+        return {"solve": self.seconds}
+
+
+def solve_full(instance: Instance, method: str, max_arcs: int) -> Full:
+    return Full(instance, method, max_arcs)
+
+
+def _grouped(count: int, num_drafts: int, max_arcs: int, label: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    total = sum(math.comb(count, s) * (s + 1) for s in range(1, min(count, num_drafts) + 1))
+    if total > max_arcs:
+        raise NetworkTooLarge(f"maxflow-cs: the {label} network has {total} arcs > max_arcs={max_arcs}")
+    groups = subsets(count, min(count, num_drafts))
+    edge_left = np.concatenate([g.ravel() for g in groups]) if groups else np.zeros(0, np.int64)
+    offsets = np.cumsum([0] + [g.shape[0] for g in groups])
+    edge_right = np.concatenate([np.repeat(np.arange(g.shape[0]) + offsets[i], g.shape[1]) for i, g in enumerate(groups)]) if groups else np.zeros(0, np.int64)
+    return edge_left, edge_right, groups
+
+
+class _SetIndex:
+    """Row of a set of local ids among all groups (sets of size s are keyed in base ``count``)."""
+
+    def __init__(self, groups: list[np.ndarray], count: int):
+        self.tables = []
+        offset = 0
+        for g in groups:
+            keys = g @ (count ** np.arange(g.shape[1], dtype=np.int64))
+            order = np.argsort(keys)
+            self.tables.append((keys[order], order + offset))
+            offset += g.shape[0]
+        self.count = count
+
+    def row(self, members: np.ndarray) -> int:
+        keys, rows = self.tables[members.size - 1]
+        key = int(np.sort(members) @ (self.count ** np.arange(members.size, dtype=np.int64)))
+        return int(rows[np.searchsorted(keys, key)])
+
+
+def outer_network(instance: Instance, max_arcs: int) -> Part:
+    """Outer system (Theorem 5.1 eq. 6a) with token capacities p_i from Theorem 6.2: every outer
+    tuple's mass must be routed, grouped by its set of tokens outside H*."""
+    start = time.perf_counter()
+    tokens = instance.outer_tokens
+    required = instance.outer_marginals()
+    background = float(instance.draft[instance.inner_tokens].sum())
+    edge_left, edge_right, groups = _grouped(tokens.size, instance.num_drafts, max_arcs, "outer")
+    masses = np.concatenate([set_masses(g, instance.draft[tokens], background, instance.num_drafts) for g in groups]) if groups else np.zeros(0)
+    flows = _max_flow(required, masses, edge_left, edge_right) if groups else np.zeros(0)
+    return _network_part(instance, tokens, groups, edge_left, edge_right, flows, masses, required, "maxflow-cs", start, slack=False)
+
+
+def inner_network(instance: Instance, max_arcs: int) -> Part:
+    """Inner system (Theorem 5.1 eq. 6b): H* tokens must receive T(i) from tuples in (H*)^n."""
+    start = time.perf_counter()
+    tokens = instance.inner_tokens
+    required = instance.target[tokens]
+    edge_left, edge_right, groups = _grouped(tokens.size, instance.num_drafts, max_arcs, "inner")
+    masses = np.concatenate([set_masses(g, instance.draft[tokens], 0.0, instance.num_drafts) for g in groups]) if groups else np.zeros(0)
+    flows = _max_flow(required, masses, edge_left, edge_right) if groups else np.zeros(0)
+    return _network_part(instance, tokens, groups, edge_left, edge_right, flows, masses, required, "maxflow-cs", start, slack=True)
+
+
+def _network_part(instance, tokens, groups, edge_left, edge_right, flows, masses, required, method, start, *, slack: bool) -> Part:
+    intake = np.bincount(edge_left, weights=flows, minlength=tokens.size)
+    routed = np.bincount(edge_right, weights=flows, minlength=masses.size)
+    index = _SetIndex(groups, tokens.size)
+    local = np.full(instance.vocab_size, -1, dtype=np.int64)
+    local[tokens] = np.arange(tokens.size)
+    # the flows of each group, in member order: edges were laid out group by group, member by member
+    starts = np.concatenate([[0], np.cumsum(np.bincount(edge_right, minlength=masses.size))])
+
+    def allocate(served: np.ndarray) -> np.ndarray:
+        ids = local[served]
+        order = np.argsort(ids)
+        row = index.row(ids)
+        shares = np.empty(served.size)
+        denominator = masses[row] if slack else routed[row]
+        if not denominator > 0:  # a set of draft mass < 2^-52: its capacity rounded to zero
+            return np.zeros(served.size) if slack else np.full(served.size, 1.0 / served.size)
+        shares[order] = flows[starts[row] : starts[row + 1]] / denominator
+        return shares
+
+    return Part(method, allocate, intake, 0.0, True, time.perf_counter() - start)

@@ -1,0 +1,194 @@
+"""The transport plan returned by :func:`draftverify.ot.solve`, and its assembly from parts.
+
+A plan answers ``conditional(drafts)``: pi(. | drafted tuple), the verification criterion of seed
+001 section 3.1. Two shapes of solution exist:
+
+- *full* (``lp``, ``maxflow``): a relaxed OTLP solution S over ordered tuples completed with the
+  residual coupling of seed 001 eq. 3;
+- *decomposed* (``maxflow-cs``, ``gr``): complementary slackness (seed 001 Theorem 5.1) splits the
+  relaxed OTLP into an *outer* system (tuples that leave H*, tokens outside H*) and an *inner*
+  system (tuples inside (H*)^n, tokens of H*). The outer token totals p_i are fixed in closed form
+  (Theorem 6.2), so the two systems are independent and each is solved only when a drafted tuple
+  needs it (Algorithm 1, lines 3 and 7). The conditional is seed 001 eq. 8 / eq. 18.
+
+Seed 001 (section 5.3 and footnote 2) says the outer system is not needed when the tuple lies in
+(H*)^n; eq. 8 still needs the outer residuals p_res(i) = T(i) - p_i there. We take them from
+Theorem 6.2, and cap the outer system at the same p_i, so that parts solved for different tuples
+belong to one plan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ._subset import Instance
+
+__all__ = ["TransportPlan", "Part", "Decomposed"]
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """A solved outer or inner system.
+
+    ``allocate(tokens)`` takes the distinct tokens of a drafted tuple that the system serves (token
+    ids; outer: those outside H*, inner: all of them) and returns the share of the tuple's draft mass
+    each receives (outer: sums to 1; inner: sums to <= 1, the rest is residual). ``intake`` are the
+    token totals the system achieves, aligned with the instance's outer / inner tokens;
+    ``deviation`` = sum |intake - required| as certified by the solver (0 for exact solvers, up to
+    float rounding).
+    """
+
+    method: str
+    allocate: Callable[[np.ndarray], np.ndarray]
+    intake: np.ndarray
+    deviation: float
+    converged: bool
+    seconds: float
+
+
+PartSolver = Callable[[Instance], Part]
+
+
+class Decomposed:
+    """Lazy outer / inner parts (seed 001 Algorithm 1) with an optional exact fallback per part."""
+
+    def __init__(self, instance: Instance, outer: PartSolver, inner: PartSolver, fallback: tuple[PartSolver, PartSolver] | None, fallback_name: str | None):
+        self.instance = instance
+        self._solvers = {"outer": outer, "inner": inner}
+        self._fallbacks = {"outer": fallback[0], "inner": fallback[1]} if fallback else None
+        self.fallback_name = fallback_name
+        self.parts: dict[str, Part] = {}
+        self.used_fallback = False
+        k = instance.order.size
+        self.position = np.full(instance.vocab_size, -1, dtype=np.int64)
+        self.position[instance.order] = np.arange(k)
+        residual = instance.target.copy()  # outside V0 the whole target mass is residual
+        residual[instance.inner_tokens] = 0.0
+        residual[instance.outer_tokens] -= instance.outer_marginals()
+        self.residual = np.maximum(residual, 0.0)  # [V] p_res, >= 0 by Theorem 6.2 (rounding only)
+
+    def part(self, which: str) -> Part:
+        if which not in self.parts:
+            part = self._solvers[which](self.instance)
+            if not part.converged and self._fallbacks is not None:
+                spent = part.seconds
+                part = self._fallbacks[which](self.instance)
+                part = Part(part.method, part.allocate, part.intake, part.deviation, part.converged, part.seconds + spent)
+                self.used_fallback = True
+            self.parts[which] = part
+        return self.parts[which]
+
+    def conditional(self, drafts: np.ndarray) -> np.ndarray:
+        instance = self.instance
+        positions = self.position[drafts]
+        out = np.zeros(instance.vocab_size)
+        distinct = np.unique(drafts)
+        if positions.max() >= instance.h:  # the tuple leaves (H*)^n: outer system, eq. 14
+            served = distinct[self.position[distinct] >= instance.h]
+            out[served] = self.part("outer").allocate(served)
+            return out
+        shares = self.part("inner").allocate(distinct)  # eq. 17
+        out[distinct] = shares
+        rest = 1.0 - shares.sum()
+        total_residual = self.residual.sum()
+        if rest > 0 and total_residual > 0:
+            out += rest * self.residual / total_residual  # eq. 8 / eq. 18
+        elif rest > 0:  # alpha* = 1 to float precision: no residual mass exists anywhere
+            out[distinct] /= shares.sum()
+        return out
+
+    def implied_target(self) -> np.ndarray:
+        """sum_w Pdraft(w) pi(. | w) (seed 001 appendix L, eq. 125-126): needs both parts."""
+        instance = self.instance
+        outer, inner = self.part("outer"), self.part("inner")
+        inner_mass = float(np.sum(instance.draft[instance.inner_tokens]) ** instance.num_drafts)  # D(H*)^n
+        law = np.zeros(instance.vocab_size)
+        law[instance.inner_tokens] = inner.intake
+        law[instance.outer_tokens] = outer.intake
+        total_residual = self.residual.sum()
+        if total_residual > 0:
+            law += (inner_mass - inner.intake.sum()) * self.residual / total_residual
+        return law
+
+    def acceptance(self) -> float:
+        return float(self.part("outer").intake.sum() + self.part("inner").intake.sum())
+
+    def error_bound(self) -> float:
+        """Seed 001 Lemma 6.6: outer deviation a and inner deviation b give <= a + 2b in target L1."""
+        return float(self.part("outer").deviation + 2.0 * self.part("inner").deviation)
+
+    def converged(self) -> bool:
+        return not self.used_fallback and all(part.converged for part in self.parts.values())
+
+    def timings(self) -> dict[str, float]:
+        return {name: part.seconds for name, part in self.parts.items()}
+
+
+@dataclass(frozen=True, eq=False)
+class TransportPlan:
+    """An (approximately) optimal transport for ``num_drafts`` i.i.d. drafts (seed 001).
+
+    ``conditional(drafts)`` is pi(. | drafted tuple) [V]. ``acceptance`` is the probability that the
+    verified token is one of the drafts under this plan (alpha* for exact methods);
+    ``target_error`` is sum_x |sum_w Pdraft(w) pi(x | w) - T(x)| computed from the plan;
+    ``error_bound`` the proven bound on it (seed 001 Lemma 6.6; 0 for exact methods, whose only
+    error is float rounding). ``converged`` says whether the requested method succeeded on every
+    part solved so far; ``fallback`` names the exact method that served the parts where it did not.
+    Decomposed methods solve a part on first need: ``acceptance``, ``target_error`` and
+    ``error_bound`` solve both parts; ``timings`` lists the parts solved so far (seconds).
+    """
+
+    method: str
+    num_drafts: int
+    tol: float
+    optimal_acceptance: float
+    setup_seconds: float
+    _solution: object = field(repr=False)
+    _draft: np.ndarray = field(repr=False)
+
+    def conditional(self, drafts: Sequence[int]) -> np.ndarray:
+        """pi(. | drafts) for the drafted tuple ``drafts`` (length num_drafts, order irrelevant)."""
+        tokens = np.asarray(drafts)
+        if tokens.dtype.kind not in "iu" or tokens.shape != (self.num_drafts,):
+            raise ValueError(f"drafts: expected {self.num_drafts} integer token ids, got {drafts!r}")
+        if tokens.min() < 0 or tokens.max() >= self._draft.size:
+            raise ValueError(f"drafts: token ids must lie in [0, V={self._draft.size})")
+        if np.any(self._draft[tokens] <= 0):
+            bad = int(tokens[np.flatnonzero(self._draft[tokens] <= 0)[0]])
+            raise ValueError(f"drafts: token {bad} has zero draft probability; it cannot have been drafted")
+        return self._solution.conditional(tokens.astype(np.int64))
+
+    @property
+    def acceptance(self) -> float:
+        return self._solution.acceptance()
+
+    @property
+    def target_error(self) -> float:
+        implied = self._solution.implied_target()
+        return float(np.abs(implied - self._solution.instance.target).sum())
+
+    @property
+    def error_bound(self) -> float:
+        return self._solution.error_bound()
+
+    @property
+    def converged(self) -> bool:
+        return self._solution.converged()
+
+    @property
+    def fallback(self) -> str | None:
+        return self._solution.fallback_name if getattr(self._solution, "used_fallback", False) else None
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return {"setup": self.setup_seconds, **self._solution.timings()}
+
+
+def timed(function: Callable, *args) -> tuple[object, float]:
+    start = time.perf_counter()
+    value = function(*args)
+    return value, time.perf_counter() - start

@@ -1,0 +1,123 @@
+"""Validation, subset selection (H*, alpha*) and the outer residuals of seed 001.
+
+Notation: ``target`` = T (seed 001's p), ``draft`` = D (its q), n = ``num_drafts`` i.i.d. drafts.
+psi(H) = T(H) - D(H)^n (seed 001 eq. 4). Everything here works on the draft's support
+V0 = {x : D(x) > 0}: with top-k drafting V0 is the top-k set, and seed 001 appendix N shows the
+relaxed OTLP restricted to V0 is the same problem (target mass outside V0 can only be residual).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Instance", "make_instance", "optimal_acceptance", "optimal_subset"]
+
+
+def _as_distribution(probs, name: str) -> np.ndarray:
+    array = np.asarray(probs.detach().cpu().numpy() if hasattr(probs, "detach") else probs)
+    if array.dtype.kind != "f":
+        raise ValueError(f"{name}: expected a float array, got dtype {array.dtype}")
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name}: expected shape [V], got {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name}: contains NaN or infinite entries")
+    if array.min() < 0:
+        raise ValueError(f"{name}: contains negative entries")
+    tolerance = 1e-4 if array.dtype == np.float32 else 1e-6  # as draftverify.probs.sum_tolerance
+    total = float(array.sum(dtype=np.float64))
+    if abs(total - 1.0) > tolerance:
+        raise ValueError(f"{name}: must sum to 1 (sums to {total:.8g}); nothing is renormalised for you")
+    return array.astype(np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """One validated problem, its support in ratio order, and the subset-selection results.
+
+    ``order`` lists the support V0 sorted by D/T descending (T = 0 first); ``psi[l]`` is psi of the
+    first l tokens of ``order`` (psi[0] = 0); H* = ``order[:h]`` with h the first argmin.
+    """
+
+    target: np.ndarray  # [V] float64
+    draft: np.ndarray  # [V] float64
+    num_drafts: int
+    order: np.ndarray  # [k] token ids of V0, D/T descending
+    psi: np.ndarray  # [k + 1]
+    h: int  # |H*|
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.size
+
+    @property
+    def optimal_acceptance(self) -> float:
+        return float(1.0 + self.psi[self.h])
+
+    @property
+    def inner_tokens(self) -> np.ndarray:
+        return self.order[: self.h]
+
+    @property
+    def outer_tokens(self) -> np.ndarray:
+        return self.order[self.h :]
+
+    def outer_marginals(self) -> np.ndarray:
+        """p_i for the outer tokens (seed 001 Theorem 6.2 with Lemma 6.3), in ``outer_tokens`` order.
+
+        Ordering V \\ H* by increasing D/T makes every min over supersets a suffix minimum of psi
+        over prefixes: with M(l) = min_{l' >= l} psi[l'], the token at position j gets
+        p_j = T_j + M(j) - M(j + 1). Sum = 1 - D(H*)^n, the draft mass outside (H*)^n.
+        """
+        suffix_min = np.minimum.accumulate(self.psi[::-1])[::-1]  # M(l), l = 0..k
+        j = np.arange(self.h, self.order.size)
+        return self.target[self.order[j]] + suffix_min[j] - suffix_min[j + 1]
+
+    def outer_blocks(self) -> np.ndarray:
+        """Start offsets (within ``outer_tokens``) of the blocks cut by Hall-tight tails.
+
+        The tail of the ratio order from position j is tight (it receives all the mass of every tuple
+        that hits it) iff psi[j] <= psi[l] for all l > j. A tuple's mass then goes entirely to the
+        last block it touches, and the Luce weights of seed 001 eq. 14 are finite only within a
+        block (across blocks they diverge): we solve one softmax system per block.
+        """
+        suffix_min = np.minimum.accumulate(self.psi[::-1])[::-1]
+        j = np.arange(self.h, self.order.size)
+        tight = self.psi[j] <= suffix_min[j + 1]
+        tight[:1] = True  # H* itself is the first cut (when there are outer tokens)
+        return np.flatnonzero(tight)
+
+
+def make_instance(target_probs, draft_probs, num_drafts: int) -> Instance:
+    """Validate and sort (Hu et al. 2025 / seed 001 section 5.1: O(V log V))."""
+    target = _as_distribution(target_probs, "target_probs")
+    draft = _as_distribution(draft_probs, "draft_probs")
+    if target.size != draft.size:
+        raise ValueError(f"target_probs has V = {target.size} but draft_probs has V = {draft.size}")
+    if isinstance(num_drafts, bool) or not isinstance(num_drafts, (int, np.integer)) or num_drafts < 1:
+        raise ValueError(f"num_drafts must be an integer >= 1, got {num_drafts!r}")
+    support = np.flatnonzero(draft > 0)
+    with np.errstate(divide="ignore"):
+        ratio = draft[support] / target[support]  # inf where T = 0
+    order = support[np.argsort(-ratio, kind="stable")]
+    cum_target = np.concatenate([[0.0], np.cumsum(target[order])])
+    cum_draft = np.minimum(np.concatenate([[0.0], np.cumsum(draft[order])]), 1.0)
+    psi = cum_target - cum_draft ** int(num_drafts)
+    h = int(np.argmin(psi))
+    return Instance(target=target, draft=draft, num_drafts=int(num_drafts), order=order, psi=psi, h=h)
+
+
+def optimal_subset(target_probs, draft_probs, num_drafts: int) -> tuple[float, np.ndarray]:
+    """(alpha*, H*): seed 001 Theorem 3.1 (Hu et al. 2025), alpha* = 1 + min_H [T(H) - D(H)^n].
+
+    The minimiser is a prefix of the tokens sorted by D/T descending; H* is the shortest minimising
+    prefix (token ids in that order). Seed 001 once writes alpha* = psi(H*): it is 1 + psi(H*).
+    """
+    instance = make_instance(target_probs, draft_probs, num_drafts)
+    return instance.optimal_acceptance, instance.inner_tokens.copy()
+
+
+def optimal_acceptance(target_probs, draft_probs, num_drafts: int) -> float:
+    """alpha*: the largest probability, over all couplings, that the verified token is a draft."""
+    return optimal_subset(target_probs, draft_probs, num_drafts)[0]

@@ -1,0 +1,194 @@
+"""draftverify.ot against brute force on tiny vocabularies (seed 001 eq. 1, Theorem 3.1)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import optimize
+
+from draftverify import ot
+from draftverify.ot._subset import make_instance
+
+TOL = 1e-4
+
+
+def _instance(seed: int, vocab: int, top: int | None = None, target_zero: bool = False):
+    rng = np.random.default_rng(seed)
+    target = rng.dirichlet(np.full(vocab, 0.7))
+    draft = rng.dirichlet(np.full(vocab, 0.7))
+    if top is not None:  # top-k draft (appendix N): zeros outside the support
+        draft[np.argsort(draft)[: vocab - top]] = 0.0
+        draft /= draft.sum()
+    if target_zero:
+        target[np.argmax(draft)] = 0.0
+        target /= target.sum()
+    return target, draft
+
+
+def _brute_force_alpha(target, draft, n) -> float:
+    """The full OTLP (eq. 1) over V x V^n variables, by HiGHS."""
+    vocab = target.size
+    tuples = list(itertools.product(range(vocab), repeat=n))
+    mass = np.array([np.prod(draft[list(w)]) for w in tuples])
+    num = vocab * len(tuples)  # variable (i, w) at i * |tuples| + w
+    rows = np.zeros((vocab + len(tuples), num))
+    for i in range(vocab):
+        rows[i, i * len(tuples) : (i + 1) * len(tuples)] = 1.0
+    for w in range(len(tuples)):
+        rows[vocab + w, w :: len(tuples)] = 1.0
+    gain = np.array([1.0 if i in tuples[w] else 0.0 for i in range(vocab) for w in range(len(tuples))])
+    result = optimize.linprog(-gain, A_eq=rows, b_eq=np.concatenate([target, mass]), bounds=(0, None), method="highs")
+    assert result.status == 0
+    return -result.fun
+
+
+def _enumerated(plan, target, draft, n):
+    """(acceptance, implied target marginal) of a plan, by enumerating every drafted tuple."""
+    support = np.flatnonzero(draft > 0)
+    law = np.zeros(target.size)
+    acceptance = 0.0
+    for w in itertools.product(support, repeat=n):
+        criterion = plan.conditional(np.array(w))
+        assert criterion.min() >= -1e-15 and abs(criterion.sum() - 1) < 1e-9, "conditional is not a distribution"
+        mass = np.prod(draft[list(w)])
+        law += mass * criterion
+        acceptance += mass * criterion[sorted(set(w))].sum()
+    return acceptance, law
+
+
+CASES = [
+    (0, 4, None, False, 2),
+    (1, 4, None, False, 3),
+    (2, 5, 3, False, 2),
+    (3, 4, None, True, 3),
+    (4, 3, None, False, 4),
+    (5, 5, 4, True, 3),
+    (6, 6, 5, False, 2),
+]
+
+
+@pytest.mark.parametrize("seed,vocab,top,target_zero,n", CASES)
+def test_every_method_reaches_the_brute_force_optimum(seed, vocab, top, target_zero, n):
+    target, draft = _instance(seed, vocab, top, target_zero)
+    best = _brute_force_alpha(target, draft, n)
+    assert ot.optimal_acceptance(target, draft, n) == pytest.approx(best, abs=1e-9)
+    for method in ot.METHODS:
+        plan = ot.solve(target, draft, n, method=method, tol=TOL)
+        acceptance, law = _enumerated(plan, target, draft, n)
+        error = np.abs(law - target).sum()
+        assert plan.acceptance == pytest.approx(acceptance, abs=1e-9)
+        assert plan.target_error == pytest.approx(error, abs=1e-9)
+        if method == "gr":
+            assert abs(acceptance - best) <= 10 * TOL and error <= 15 * TOL
+            assert error <= plan.error_bound + 1e-12 and plan.error_bound <= 3 * TOL + 1e-6
+        else:
+            assert acceptance == pytest.approx(best, abs=1e-9) and error < 1e-9 and plan.error_bound == 0.0
+        assert plan.converged and plan.fallback is None
+
+
+def test_subset_selection_is_a_ratio_prefix_and_alpha_grows_with_n():
+    target, draft = _instance(11, 6)
+    alpha, subset = ot.optimal_subset(target, draft, 3)
+    ratio = draft / target
+    assert set(subset) == set(np.argsort(-ratio)[: subset.size])
+    every = min(target[list(s)].sum() - draft[list(s)].sum() ** 3 for r in range(7) for s in itertools.combinations(range(6), r))
+    assert alpha == pytest.approx(1 + every, abs=1e-12)  # Theorem 3.1 over all 2^V subsets
+    alphas = [ot.optimal_acceptance(target, draft, n) for n in range(1, 7)]
+    assert np.all(np.diff(alphas) >= -1e-12)
+    assert alphas[0] == pytest.approx(np.minimum(target, draft).sum())  # n = 1: 1 - TV
+
+
+@pytest.mark.parametrize(
+    "target,draft,n",
+    [
+        ([0.01, 0.197, 0.197, 0.002, 0.471, 0.123], [0.24, 0.16, 0.074, 0.21, 0.311, 0.005], 2),
+        ([0.034, 0.221, 0.003, 0.742], [0.093, 0.14, 0.3, 0.468], 4),
+    ],
+)
+def test_outer_blocks_are_exercised_and_exact(target, draft, n):
+    """Instances whose outer tokens form a block of several tokens (a finite softmax system)."""
+    target, draft = np.array(target) / np.sum(target), np.array(draft) / np.sum(draft)
+    instance = make_instance(target, draft, n)
+    sizes = np.diff(np.append(instance.outer_blocks(), instance.outer_tokens.size))
+    assert sizes.max() >= 2
+    plan = ot.solve(target, draft, n, method="gr", tol=1e-6)
+    acceptance, law = _enumerated(plan, target, draft, n)
+    assert acceptance == pytest.approx(_brute_force_alpha(target, draft, n), abs=2e-6)
+    assert np.abs(law - target).sum() <= 3e-6
+
+
+def test_generating_function_matches_enumeration():
+    """The quadrature evaluation of Phi / Theta (value, gradient, Hessian-vector) equals the sum over sets."""
+    from draftverify.ot import _luce
+
+    rng = np.random.default_rng(3)
+    for slack, n in [(True, 2), (True, 4), (False, 3)]:
+        draft = rng.dirichlet(np.ones(7)) * 0.6
+        system = _luce.LuceSystem(draft, rng.dirichlet(np.ones(7)) * 0.3, 0.0 if slack else 0.4, slack, n)
+        alpha, vector = rng.normal(size=7) * 2, rng.normal(size=7)
+        exact = _luce._Enumerated(system).evaluate(alpha, True)
+        quadrature = _luce._Generating(system).evaluate(alpha, True)
+        assert quadrature[0] == pytest.approx(exact[0], abs=1e-7)
+        assert np.abs(quadrature[1] - exact[1]).sum() < _luce.QUADRATURE_ALLOWANCE
+        assert np.abs(_luce._hessian_product(quadrature[3], vector) - exact[3] @ vector).sum() < 1e-6
+
+
+def test_large_support_uses_the_generating_function_and_converges():
+    rng = np.random.default_rng(5)
+    logits = -1.2 * np.log(np.arange(1, 401)) + 0.5 * rng.standard_normal(400)
+    target = np.exp(logits) / np.exp(logits).sum()
+    draft_logits = logits + 0.5 * rng.standard_normal(400)
+    draft = np.exp(draft_logits) / np.exp(draft_logits).sum()
+    plan = ot.solve(target, draft, 3, method="gr", tol=TOL, fallback=None)
+    assert plan.converged
+    assert plan.target_error <= plan.error_bound <= 3 * TOL + 1e-6
+    assert abs(plan.acceptance - plan.optimal_acceptance) <= 2 * TOL + 1e-6
+    criterion = plan.conditional(np.array([0, 1, 399]))
+    assert criterion.min() >= 0 and criterion.sum() == pytest.approx(1.0)
+
+
+def test_gr_falls_back_and_says_so():
+    target, draft = _instance(1, 5)
+    plan = ot.solve(target, draft, 3, method="gr", tol=1e-12, max_iter=1)
+    assert plan.acceptance == pytest.approx(plan.optimal_acceptance, abs=1e-9)  # served by maxflow-cs
+    assert not plan.converged and plan.fallback == "maxflow-cs" and plan.target_error < 1e-9
+    lone = ot.solve(target, draft, 3, method="gr", tol=1e-12, max_iter=1, fallback=None)
+    assert lone.acceptance > 0 and not lone.converged and lone.fallback is None
+
+
+def test_network_size_limit():
+    target, draft = _instance(0, 6)
+    with pytest.raises(ValueError, match="max_arcs"):
+        ot.solve(target, draft, 3, method="maxflow", max_arcs=100)
+
+
+@pytest.mark.parametrize(
+    "target,draft,n,kwargs,match",
+    [
+        (np.array([0.5, 0.5]), np.array([0.5, 0.25, 0.25]), 2, {}, "V ="),
+        (np.array([0.5, 0.6]), np.array([0.5, 0.5]), 2, {}, "sum to 1"),
+        (np.array([np.nan, 1.0]), np.array([0.5, 0.5]), 2, {}, "NaN"),
+        (np.array([-0.5, 1.5]), np.array([0.5, 0.5]), 2, {}, "negative"),
+        (np.array([[0.5, 0.5]]), np.array([0.5, 0.5]), 2, {}, "shape"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 0, {}, "num_drafts"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"method": "simplex"}, "unknown OT method"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"tol": 0.0}, "tol"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"budget": 3}, "unknown limit"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"fallback": "lp"}, "fallback"),
+    ],
+)
+def test_bad_input_is_a_clear_value_error(target, draft, n, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ot.solve(target, draft, n, **kwargs)
+
+
+def test_conditional_rejects_impossible_tuples():
+    plan = ot.solve(np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.5, 0.0]), 2, method="maxflow-cs")
+    with pytest.raises(ValueError, match="zero draft probability"):
+        plan.conditional([0, 2])
+    with pytest.raises(ValueError, match="2 integer token ids"):
+        plan.conditional([0])
+    with pytest.raises(ValueError, match="lie in"):
+        plan.conditional([0, 3])
