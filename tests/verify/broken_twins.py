@@ -36,11 +36,12 @@ class GBVWithoutModification:
         return dataclasses.replace(result, state=None)
 
 
-def first_failure(success_probs, generator) -> int:
+def first_failure(success_prob, length, generator) -> int:
     """tau = number of successes before the first failure (the known BV bug)."""
-    successes = rng.bernoulli(success_probs, generator)
-    failures = torch.nonzero(~successes)
-    return int(failures[0]) if failures.numel() else len(successes)
+    for i in range(1, length + 1):
+        if not bool(rng.bernoulli(torch.tensor([success_prob(i)], dtype=torch.float64), generator)[0]):
+            return i - 1
+    return length
 
 
 class BVStoppingAtFirstRejection:

@@ -9,8 +9,10 @@ import argparse
 import importlib
 
 _BENCHES: dict[str, tuple[str, str]] = {
+    "verify": ("verify_speed", "microseconds per verify call against a numpy loop of sd"),
     "speed": ("speed", "tokens/s of ar, sd, bv and transformers assisted generation on HumanEval prompts"),
     "decode": ("decode", "sweep methods x K x L x temperature on a prompt set: acceptance, block efficiency, speedup, report and plots"),
+    "ot": ("ot", "seed 001 Table 1 grid: ms per token of lp, maxflow, maxflow-cs and gr against the paper"),
 }
 
 

@@ -62,17 +62,22 @@ class VerifierInfo:
     options: tuple[str, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
 class Verifier(ABC):
     """Base class: subclasses are frozen dataclasses whose fields are the verifier's options.
 
     ``verify`` validates the inputs (see :func:`check_inputs`) and calls ``_verify`` with tensors of
-    shapes ``[K, L]``, ``[K, L, V]`` and ``[K, L + 1, V]``.
+    shapes ``[K, L]``, ``[K, L, V]`` and ``[K, L + 1, V]``. The option ``validate`` (default True)
+    can be turned off by a caller whose inputs are valid by construction (the decoding engine):
+    shapes are still checked, the passes over the data (finite, non-negative, rows summing to one,
+    drafted tokens with positive draft probability) are skipped.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     exact: ClassVar[bool]
     multi_draft: ClassVar[bool] = False
+    validate: bool = True
 
     def verify(
         self,
@@ -83,7 +88,7 @@ class Verifier(ABC):
         state: Any = None,
     ) -> VerifyResult:
         tokens, draft, target = check_inputs(
-            draft_tokens, draft_probs, target_probs, multi_draft=self.multi_draft
+            draft_tokens, draft_probs, target_probs, multi_draft=self.multi_draft, check_values=self.validate
         )
         return self._verify(tokens, draft, target, generator, state)
 
@@ -113,7 +118,8 @@ def register(cls: type[Verifier]) -> type[Verifier]:
 
 def _ensure_loaded() -> None:
     # importing the families registers them
-    from . import block, token  # noqa: F401
+    from . import block, multiblock, token  # noqa: F401
+    from ..approx import sprinter  # noqa: F401  (the approximate ``sprinter``)
 
     try:
         from . import multidraft  # noqa: F401
@@ -154,13 +160,13 @@ def verifiers() -> list[VerifierInfo]:
 
 
 def check_inputs(
-    draft_tokens, draft_probs, target_probs, *, multi_draft: bool
+    draft_tokens, draft_probs, target_probs, *, multi_draft: bool, check_values: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validate the contract's arrays; return them as tensors (tokens as int64).
 
-    Raises ``ValueError`` for: wrong rank or shape, V mismatch, non-integer tokens, tokens outside
-    [0, V), float dtype mismatch, NaN/inf/negative entries, rows not summing to one, a drafted token
-    with zero draft probability, and K > 1 for a single-draft verifier.
+    Raises ``ValueError`` for: wrong rank or shape, V mismatch, non-integer tokens, float dtype
+    mismatch, K > 1 for a single-draft verifier, and, with ``check_values``: tokens outside [0, V),
+    NaN/inf/negative entries, rows not summing to one, a drafted token with zero draft probability.
     """
     tokens = as_tensor(draft_tokens, "draft_tokens")
     draft = as_tensor(draft_probs, "draft_probs")
@@ -182,14 +188,19 @@ def check_inputs(
             f"target_probs: expected shape [K={num_drafts}, L+1={length + 1}, V={vocab}] "
             f"(V from draft_probs), got {tuple(target.shape)}"
         )
+    for array, label in ((draft, "draft_probs"), (target, "target_probs")):
+        if array.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{label}: dtype must be float32 or float64, got {array.dtype}")
     if draft.dtype != target.dtype:
         raise ValueError(f"dtype mismatch: draft_probs is {draft.dtype}, target_probs is {target.dtype}")
-    check_distributions(draft, "draft_probs")
-    check_distributions(target, "target_probs")
     tokens = tokens.to(torch.int64)
     low_token, high_token = (int(v) for v in torch.aminmax(tokens))
     if low_token < 0 or high_token >= vocab:
         raise ValueError(f"draft_tokens: token ids must lie in [0, V={vocab}), got {low_token}..{high_token}")
+    if not check_values:
+        return tokens, draft, target
+    check_distributions(draft, "draft_probs")
+    check_distributions(target, "target_probs")
     drafted = draft.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [K, L]
     if float(drafted.amin()) <= 0:
         k, i = (int(v) for v in torch.nonzero(drafted <= 0)[0])

@@ -49,8 +49,9 @@ def token_chain(
         tokens.append(rng.categorical(target_probs[length], generator))  # bonus token
         return tokens, n
     target_row, draft_row = target_probs[n], draft_probs[n]  # [V]
-    overlap = torch.minimum(target_row, draft_row)
-    residual = torch.clamp(target_row - draft_row, min=0.0) + withheld * overlap  # r + sigma
+    residual = torch.clamp(target_row - draft_row, min=0.0)  # r
+    if withheld:
+        residual = residual + withheld * torch.minimum(target_row, draft_row)  # r + sigma
     if not bool(residual.sum() > 0):
         # T == D to float precision: a rejection had probability 0 and happened by rounding
         residual = target_row
