@@ -92,8 +92,8 @@ def test_method_specs_and_grid_errors():
         parse_method("nope")
     with pytest.raises(ValueError, match="does not take"):
         parse_method("sd:fraction=0.5")
-    with pytest.raises(ValueError, match="need K = 1"):
-        Sweep(methods=("ar", "sd"), num_drafts=(3,)).configs()
+    labels = [c.label for c in Sweep(methods=("ar", "sd", "kseq"), num_drafts=(3,)).configs()]
+    assert labels == ["ar T=1", "sd@draft K=1 L=4 T=1", "kseq@draft K=3 L=4 T=1"]  # single-draft: K = 1 only
     assert RunConfig("kseq", (), 3, 4, 0.4, None, "draft").label == "kseq@draft K=3 L=4 T=0.4"
 
 

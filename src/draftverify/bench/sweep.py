@@ -1,8 +1,8 @@
 """Sweeps of ``draftverify bench decode``: configurations, one measured run, a resumable loop.
 
 A :class:`RunConfig` is one method with its K, L, temperature, top-k and draft kind; a sweep is
-the grid methods x K x L x temperature x draft kind (single-draft methods only at K = 1; ``ar``
-once per temperature), run on every (prompt, seed) unit. Units are the outer loop and
+the grid methods x K x L x temperature x draft kind (single-draft methods at K = 1 whatever the
+K values; ``ar`` once per temperature), run on every (prompt, seed) unit. Units are the outer loop and
 configurations the inner one, so load drifts of the machine hit every method alike and ``ar`` is
 measured in the same run on the same prompts. Each run's record is appended at once to a cache
 file named by the configuration and the run context (models, prompts, token budget): an
@@ -24,7 +24,7 @@ import torch
 
 from ..engine import AR, stream
 from ..models.base import LanguageModel
-from ..verify import get_verifier
+from ..verify import get_verifier, verifiers
 from .probes import HeapPeak, count_ot_fallbacks, weight_bytes
 
 __all__ = ["RunConfig", "Sweep", "parse_method", "measure", "run_sweep"]
@@ -109,8 +109,9 @@ class Sweep:
         object.__setattr__(self, "parsed", tuple(parse_method(m) for m in dict.fromkeys(self.methods)))
 
     def configs(self) -> list[RunConfig]:
-        """Every configuration: ``ar`` first at each temperature (the baseline must exist)."""
-        multi = {info.name: info.multi_draft for info in _verifier_infos()}
+        """Every configuration: ``ar`` first at each temperature (the baseline must exist);
+        multi-draft methods at every K, single-draft methods at K = 1 only."""
+        multi = {info.name: info.multi_draft for info in verifiers()}
         configs = []
         for temperature in self.temperatures:
             configs.append(RunConfig(AR, temperature=temperature, top_k=self.top_k))
@@ -118,20 +119,10 @@ class Sweep:
                 if name == AR:
                     continue
                 for draft in self.drafts:
-                    for k in self.num_drafts:
-                        if k > 1 and not multi[name]:
-                            continue
+                    for k in self.num_drafts if multi[name] else (1,):
                         configs.extend(RunConfig(name, options, k, length, temperature, self.top_k, draft)
                                        for length in self.draft_lengths)
-        if len(configs) == len(self.temperatures) and any(name != AR for name, _ in self.parsed):
-            raise ValueError(f"no configuration: single-draft methods need K = 1 in {list(self.num_drafts)}")
-        return configs
-
-
-def _verifier_infos():
-    from ..verify import verifiers
-
-    return verifiers()
+        return list(dict.fromkeys(configs))  # repeated values on the command line run once
 
 
 def measure(config: RunConfig, target: LanguageModel, draft: LanguageModel | None, prompt_ids: list[int], *,
