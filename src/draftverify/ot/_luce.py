@@ -35,7 +35,7 @@ __all__ = ["LuceSystem", "solve_luce", "QUADRATURE_ALLOWANCE"]
 
 _STEP = 0.5  # trapezoid step in log t
 QUADRATURE_ALLOWANCE = 1e-7  # added to certified deviations for the trapezoidal rule
-_MAX_ENUMERATED = 60  # enumerate the served sets when there are fewer than this many per token
+_MAX_ENUMERATED = 100  # enumerate the served sets when there are fewer than this many per token
 
 
 def _dot(required: np.ndarray, alpha: np.ndarray) -> float:

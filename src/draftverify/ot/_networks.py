@@ -12,6 +12,7 @@ flow actually routed. ``lp`` and ``maxflow`` work on ordered tuples as seed 001 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -37,25 +38,28 @@ def subsets(count: int, max_size: int) -> list[np.ndarray]:
     return [np.array(list(itertools.combinations(range(count), s)), dtype=np.int64).reshape(-1, s) for s in range(1, max_size + 1)]
 
 
+@functools.lru_cache(maxsize=None)
+def _compositions(size: int, num_drafts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Multiplicities (m_1..m_s >= 1, m_0 = n - sum >= 0) of s distinct tokens among n draws, with
+    their multinomial coefficients n! / (m_0! m_1! ... m_s!)."""
+    rows = [m for m in itertools.product(range(1, num_drafts + 1), repeat=size) if sum(m) <= num_drafts]
+    multiplicity = np.array(rows, dtype=np.int64).reshape(-1, size)
+    rest = num_drafts - multiplicity.sum(axis=1)
+    coefficient = np.array([math.factorial(num_drafts) / math.factorial(r) / math.prod(math.factorial(v) for v in m) for m, r in zip(rows, rest)])
+    return multiplicity, rest, coefficient
+
+
 def set_masses(members: np.ndarray, draft: np.ndarray, background: float, num_drafts: int) -> np.ndarray:
     """Draft mass of the tuples whose distinct served tokens are exactly each row of ``members``.
 
-    c_S = n! [s^n] e^{b s} prod_{j in S} (e^{d_j s} - 1) with b the background mass (seed 001
-    eq. 118 / 120 rewritten as a sum of positive terms: no cancellation, unlike inclusion-exclusion).
-    members: [M, s] indices into ``draft``.
+    c_S = sum over multiplicities of n! / (m_0! prod m_j!) b^{m_0} prod_{j in S} d_j^{m_j}, b the
+    background mass: seed 001 eq. 118 / 120 written as a sum of positive terms (no cancellation,
+    unlike inclusion-exclusion). members: [M, s] indices into ``draft``.
     """
-    n = num_drafts
-    k = np.arange(n + 1)
-    factorial = np.array([math.factorial(i) for i in range(n + 1)], dtype=np.float64)
-    series = (background**k / factorial)[None, :].repeat(members.shape[0], axis=0)  # [M, n+1]
-    for column in members.T:
-        factor = draft[column][:, None] ** k[None, :] / factorial  # [M, n+1]
-        factor[:, 0] = 0.0  # e^{ds} - 1
-        product = np.zeros_like(series)
-        for a in range(n + 1):
-            product[:, a:] += series[:, a : a + 1] * factor[:, : n + 1 - a]
-        series = product
-    return math.factorial(n) * series[:, n]
+    multiplicity, rest, coefficient = _compositions(members.shape[1], num_drafts)
+    powers = draft[:, None] ** np.arange(num_drafts + 1)[None, :]  # [V, n+1]
+    terms = powers[members[:, :, None], multiplicity.T[None, :, :]].prod(axis=1)  # [M, R]
+    return terms @ (coefficient * background**rest)
 
 
 def _max_flow(left_caps: np.ndarray, right_caps: np.ndarray, edge_left: np.ndarray, edge_right: np.ndarray) -> np.ndarray:
@@ -165,15 +169,23 @@ def solve_full(instance: Instance, method: str, max_arcs: int) -> Full:
     return Full(instance, method, max_arcs)
 
 
-def _grouped(count: int, num_drafts: int, max_arcs: int, label: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def _grouped(count: int, num_drafts: int, max_arcs: int, label: str):
     total = sum(math.comb(count, s) * (s + 1) for s in range(1, min(count, num_drafts) + 1))
     if total > max_arcs:
         raise NetworkTooLarge(f"maxflow-cs: the {label} network has {total} arcs > max_arcs={max_arcs}")
-    groups = subsets(count, min(count, num_drafts))
+    return _grouped_structure(count, min(count, num_drafts))
+
+
+@functools.lru_cache(maxsize=16)
+def _grouped_structure(count: int, width: int):
+    """Arcs token -> set (sets of size 1..width of ``count`` tokens, laid out set by set), the sets,
+    their index, and each set's first arc."""
+    groups = subsets(count, width)
     edge_left = np.concatenate([g.ravel() for g in groups]) if groups else np.zeros(0, np.int64)
-    offsets = np.cumsum([0] + [g.shape[0] for g in groups])
-    edge_right = np.concatenate([np.repeat(np.arange(g.shape[0]) + offsets[i], g.shape[1]) for i, g in enumerate(groups)]) if groups else np.zeros(0, np.int64)
-    return edge_left, edge_right, groups
+    sizes = np.concatenate([np.full(g.shape[0], g.shape[1]) for g in groups]) if groups else np.zeros(0, np.int64)
+    edge_right = np.repeat(np.arange(sizes.size), sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    return edge_left, edge_right, groups, _SetIndex(groups, count), starts
 
 
 class _SetIndex:
@@ -202,10 +214,10 @@ def outer_network(instance: Instance, max_arcs: int) -> Part:
     tokens = instance.outer_tokens
     required = instance.outer_marginals()
     background = float(instance.draft[instance.inner_tokens].sum())
-    edge_left, edge_right, groups = _grouped(tokens.size, instance.num_drafts, max_arcs, "outer")
+    edge_left, edge_right, groups, index, starts = _grouped(tokens.size, instance.num_drafts, max_arcs, "outer")
     masses = np.concatenate([set_masses(g, instance.draft[tokens], background, instance.num_drafts) for g in groups]) if groups else np.zeros(0)
     flows = _max_flow(required, masses, edge_left, edge_right) if groups else np.zeros(0)
-    return _network_part(instance, tokens, groups, edge_left, edge_right, flows, masses, required, "maxflow-cs", start, slack=False)
+    return _network_part(instance, tokens, index, starts, edge_left, edge_right, flows, masses, start, slack=False)
 
 
 def inner_network(instance: Instance, max_arcs: int) -> Part:
@@ -213,20 +225,17 @@ def inner_network(instance: Instance, max_arcs: int) -> Part:
     start = time.perf_counter()
     tokens = instance.inner_tokens
     required = instance.target[tokens]
-    edge_left, edge_right, groups = _grouped(tokens.size, instance.num_drafts, max_arcs, "inner")
+    edge_left, edge_right, groups, index, starts = _grouped(tokens.size, instance.num_drafts, max_arcs, "inner")
     masses = np.concatenate([set_masses(g, instance.draft[tokens], 0.0, instance.num_drafts) for g in groups]) if groups else np.zeros(0)
     flows = _max_flow(required, masses, edge_left, edge_right) if groups else np.zeros(0)
-    return _network_part(instance, tokens, groups, edge_left, edge_right, flows, masses, required, "maxflow-cs", start, slack=True)
+    return _network_part(instance, tokens, index, starts, edge_left, edge_right, flows, masses, start, slack=True)
 
 
-def _network_part(instance, tokens, groups, edge_left, edge_right, flows, masses, required, method, start, *, slack: bool) -> Part:
+def _network_part(instance, tokens, index, starts, edge_left, edge_right, flows, masses, start, *, slack: bool) -> Part:
     intake = np.bincount(edge_left, weights=flows, minlength=tokens.size)
     routed = np.bincount(edge_right, weights=flows, minlength=masses.size)
-    index = _SetIndex(groups, tokens.size)
     local = np.full(instance.vocab_size, -1, dtype=np.int64)
     local[tokens] = np.arange(tokens.size)
-    # the flows of each group, in member order: edges were laid out group by group, member by member
-    starts = np.concatenate([[0], np.cumsum(np.bincount(edge_right, minlength=masses.size))])
 
     def allocate(served: np.ndarray) -> np.ndarray:
         ids = local[served]
@@ -239,4 +248,4 @@ def _network_part(instance, tokens, groups, edge_left, edge_right, flows, masses
         shares[order] = flows[starts[row] : starts[row + 1]] / denominator
         return shares
 
-    return Part(method, allocate, intake, 0.0, True, time.perf_counter() - start)
+    return Part("maxflow-cs", allocate, intake, 0.0, True, time.perf_counter() - start)
