@@ -26,6 +26,7 @@ class DecodeTrace:
     tokens: tuple[int, ...]  # the first num_tokens tokens
     calls: int  # verify calls (= target calls)
     accepted: int  # draft tokens accepted over all calls
+    rejections: int  # calls that ended with a correction token rather than a bonus token
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class ExactnessReport:
     dof: int
     tv: float  # total variation between the empirical and the exact law
     mean_accepted: float  # accepted draft tokens per verify call
+    acceptance_rate: float  # accepted / (accepted + rejected): pooled over verified tokens (seed 002)
     tokens_per_call: float  # committed tokens per verify call (block efficiency)
     samples: int
     num_drafts: int
@@ -78,7 +80,7 @@ def decode_known_law(
     draft_source = source if draft_source is None else draft_source
     prefix: list[int] = []
     state = None
-    calls = accepted = 0
+    calls = accepted = rejections = 0
     while len(prefix) < num_tokens:
         tokens, draft_probs, target_probs = _draw_drafts(pair, prefix, num_drafts, draft_length, draft_source)
         result = verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state)
@@ -88,7 +90,8 @@ def decode_known_law(
         state = result.state
         calls += 1
         accepted += result.num_accepted
-    return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted)
+        rejections += result.num_accepted < draft_length
+    return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted, rejections)
 
 
 class _Opaque:
@@ -182,13 +185,14 @@ def check_exactness(
     draft_rng = np.random.default_rng(seed)
     vocab = pair.vocab_size
     counts = np.zeros(vocab**num_tokens)
-    calls = accepted = 0
+    calls = accepted = rejections = 0
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
     for _ in range(samples):
         trace = decode_known_law(verifier, pair, num_drafts, draft_length, num_tokens, generator, draft_rng)
         counts[int(np.dot(trace.tokens, weights))] += 1
         calls += trace.calls
         accepted += trace.accepted
+        rejections += trace.rejections
     law = pair.target.law(num_tokens).ravel()
     p_value, statistic, dof = goodness_of_fit(counts, law)
     return ExactnessReport(
@@ -197,6 +201,7 @@ def check_exactness(
         dof=dof,
         tv=float(0.5 * np.abs(counts / samples - law).sum()),
         mean_accepted=accepted / calls,
+        acceptance_rate=accepted / (accepted + rejections) if accepted + rejections else 1.0,
         tokens_per_call=(accepted + calls) / calls,
         samples=samples,
         num_drafts=num_drafts,
