@@ -29,9 +29,10 @@ def _sweep(models, tmp_path, **kwargs):
     target, drafts = models
     sweep = Sweep(methods=("ar", "sd", "kseq"), num_drafts=(1, 2), draft_lengths=(2,), temperatures=(0.0, 1.0), seeds=(0,))
     log = io.StringIO()
-    records = run_sweep(sweep, target, drafts, PROMPTS, max_new_tokens=TOKENS, ignore_eos=True, cache_dir=tmp_path / "cache",
-                        context={"test": 1}, decode=lambda ids: " ".join(f"t{i}" for i in ids), out=log, **kwargs)
-    return sweep, records, log.getvalue()
+    result = run_sweep(sweep, target, drafts, PROMPTS, max_new_tokens=TOKENS, ignore_eos=True, cache_dir=tmp_path / "cache",
+                       context={"test": 1}, decode=lambda ids: " ".join(f"t{i}" for i in ids), out=log, **kwargs)
+    assert result.failures == {}
+    return sweep, result.records, log.getvalue()
 
 
 def test_tiny_sweep_records_and_metric_definitions(models, tmp_path):
@@ -63,6 +64,24 @@ def test_sweep_resumes_from_its_cache_and_is_deterministic(models, tmp_path):
     _, fresh, _ = _sweep(models, tmp_path, resume=False)
     assert [r["tokens"] for r in fresh] == [r["tokens"] for r in first]
     assert [r["accepted"] for r in fresh] == [r["accepted"] for r in first]
+
+
+def test_a_failing_method_is_reported_and_the_sweep_goes_on(models, tmp_path, monkeypatch):
+    from draftverify.bench import sweep as sweep_module
+
+    measure = sweep_module.measure
+
+    def broken_kseq(config, *args, **kwargs):
+        if config.method == "kseq" and config.num_drafts == 2:
+            raise ValueError("rows must sum to 1")
+        return measure(config, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "measure", broken_kseq)
+    target, drafts = models
+    result = run_sweep(Sweep(methods=("ar", "sd", "kseq"), num_drafts=(1, 2), draft_lengths=(2,)), target, drafts, PROMPTS,
+                       max_new_tokens=4, ignore_eos=True, cache_dir=tmp_path, context={}, out=io.StringIO())
+    assert result.failures == {"kseq@draft K=2 L=2 T=1": "ValueError: rows must sum to 1"}
+    assert sorted({r["label"] for r in result.records}) == ["ar T=1", "kseq@draft K=1 L=2 T=1", "sd@draft K=1 L=2 T=1"]
 
 
 def test_report_and_plots(models, tmp_path):

@@ -99,15 +99,20 @@ def command(args: argparse.Namespace) -> str:
 
 def _deviations(args, context: dict[str, Any], configs: list[RunConfig], target, drafts, prompts: list[list[int]], exact: dict[str, bool],
                 cache: Path) -> dict[str, dict[str, float]]:
-    """First-token TV of every inexact configuration (mean over the first prompts), cached."""
+    """First-token TV of every inexact configuration (mean over the first prompts), cached;
+    ``{"error": message}`` where the one-token decodings raised."""
     out = {}
     for config in configs:
         if config.method == AR or exact.get(config.method, False) or args.deviation_samples <= 0:
             continue
         path = cache / f"deviation-{config.key(dict(context, samples=args.deviation_samples, deviation_prompts=args.deviation_prompts))}.json"
         if args.no_resume or not path.exists():
-            values = [first_token_deviation(target, drafts[config.draft], ids, samples=args.deviation_samples, seed=0,
-                                            **config.settings()) for ids in prompts[: args.deviation_prompts]]
+            try:
+                values = [first_token_deviation(target, drafts[config.draft], ids, samples=args.deviation_samples, seed=0,
+                                                **config.settings()) for ids in prompts[: args.deviation_prompts]]
+            except Exception as error:  # a bug of the method: say so in the report, not cached
+                out[config.label] = {"error": f"{type(error).__name__}: {error}"}
+                continue
             mean = {k: sum(v[k] for v in values) / len(values) for k in ("tv", "noise")}
             path.write_text(json.dumps(dict(mean, samples=args.deviation_samples, prompts=len(values))))
         out[config.label] = json.loads(path.read_text())
@@ -133,16 +138,18 @@ def run(args: argparse.Namespace) -> int:
     cache = Path(args.cache) if args.cache else out / "cache"
     context = dict(prompts=fingerprint(texts), target=_model_fingerprint(target), max_new_tokens=args.max_new_tokens,
                    stop_at_eos=args.stop_at_eos, drafts={k: _model_fingerprint(v) for k, v in drafts.items()})
-    records = run_sweep(sweep, target, drafts, prompts, max_new_tokens=args.max_new_tokens,
-                        ignore_eos=not args.stop_at_eos, cache_dir=cache, context=context,
-                        resume=not args.no_resume, decode=tokenizer.decode)
+    result = run_sweep(sweep, target, drafts, prompts, max_new_tokens=args.max_new_tokens,
+                       ignore_eos=not args.stop_at_eos, cache_dir=cache, context=context,
+                       resume=not args.no_resume, decode=tokenizer.decode)
+    records = result.records
     exact = {info.name: info.exact for info in verifiers()}
     rows = summarize(records, exact)
-    deviation = _deviations(args, context, sweep.configs(), target, drafts, prompts, exact, cache)
+    configs = [c for c in sweep.configs() if c.label not in result.failures]
+    deviation = _deviations(args, context, configs, target, drafts, prompts, exact, cache)
     settings = dict(prompts=f"{args.prompts} (first {len(texts)})", seeds=list(args.seeds), max_new_tokens=args.max_new_tokens,
                     stop_at_eos=args.stop_at_eos, top_k=args.top_k, models="tiny random" if args.tiny else (args.target or "embedded pair"),
                     threads=torch.get_num_threads(), machine=f"{platform.machine()}, torch {torch.__version__}")
-    meta = dict(title=args.title, command=command(args), settings=settings)
+    meta = dict(title=args.title, command=command(args), settings=settings, failures=result.failures)
     _, plots = build_outputs(rows, meta, out, Path(args.plots_dir or out), args.prefix, deviation)
     with (out / "results.jsonl").open("w") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in records)

@@ -22,6 +22,12 @@ def _num(value: Any, fmt: str = ".2f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _deviation(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "-"
+    return f"failed: {cell['error'].replace('|', '/')}" if "error" in cell else f"{cell['tv']:.3f} ({cell['noise']:.3f})"
+
+
 def _table(header: list[str], lines: list[list[str]]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(line) + " |" for line in lines]
@@ -77,9 +83,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
             "beside the TV of as many exact draws (the estimator's floor); inexact methods only.", "",
             _table(["configuration", "exact", "ROUGE-L vs ar", "first-token TV (floor)", "OT fallback rate"],
                    [[r["label"], "yes" if r["exact"] else "no", _ci(r.get("rouge_l_vs_ar")),
-                     f"{deviation[r['label']]['tv']:.3f} ({deviation[r['label']]['noise']:.3f})" if r["label"] in deviation else "-",
+                     _deviation(deviation.get(r["label"])),
                      _num(r.get("ot_fallback_rate"), ".3f")] for r in spec]), "",
         ]
+    if meta.get("failures"):
+        parts += ["## Configurations that failed", "",
+                  "Their decoding raised; they are left out of every table above.", "",
+                  _table(["configuration", "error"], [[label, message.replace("|", "/")] for label, message in meta["failures"].items()]), ""]
     greedy = [r for r in spec if "greedy_equal" in r]
     if greedy:
         parts += ["## Greedy equality at temperature 0", "",

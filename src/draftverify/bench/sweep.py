@@ -27,7 +27,7 @@ from ..models.base import LanguageModel
 from ..verify import get_verifier, verifiers
 from .probes import HeapPeak, count_ot_fallbacks, weight_bytes
 
-__all__ = ["RunConfig", "Sweep", "parse_method", "measure", "run_sweep"]
+__all__ = ["RunConfig", "Sweep", "SweepResult", "parse_method", "measure", "run_sweep"]
 
 
 def parse_method(spec: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
@@ -193,12 +193,22 @@ def _load_cache(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
     return records
 
 
+@dataclass(frozen=True)
+class SweepResult:
+    """The records of every run (configuration order, then seed, then prompt) and the
+    configurations that raised while decoding (label -> error message; their runs are dropped)."""
+
+    records: list[dict[str, Any]]
+    failures: dict[str, str]
+
+
 def run_sweep(sweep: Sweep, target: LanguageModel, drafts: dict[str, LanguageModel], prompts: list[list[int]], *,
               max_new_tokens: int, ignore_eos: bool, cache_dir: Path, context: dict[str, Any], resume: bool = True,
-              decode: Any = None, out: TextIO = sys.stderr) -> list[dict[str, Any]]:
-    """Run every configuration on every (prompt, seed) unit and return the records (configuration
-    order, then seed, then prompt). ``context`` (models, prompts, settings) is part of each cache
-    key; ``decode`` turns token ids into text for the records."""
+              decode: Any = None, out: TextIO = sys.stderr) -> SweepResult:
+    """Run every configuration on every (prompt, seed) unit. ``context`` (models, prompts,
+    settings) is part of each cache key; ``decode`` turns token ids into text for the records. A
+    configuration whose decoding raises is reported in ``failures`` and skipped from then on, so
+    one broken method does not end a long sweep (nothing of it is cached: a rerun tries again)."""
     configs = sweep.configs()
     missing = sorted({c.draft for c in configs if c.draft is not None} - set(drafts))
     if missing:
@@ -213,18 +223,31 @@ def run_sweep(sweep: Sweep, target: LanguageModel, drafts: dict[str, LanguageMod
     todo = [(seed, i, c) for seed, i in units for c in configs if (i, seed) not in cache[c]]
     progress = Progress(len(todo), out)
     warm: set[RunConfig] = set()
+    failures: dict[RunConfig, str] = {}
     for seed, i, config in todo:
+        if config in failures:
+            progress.update(config.label)
+            continue
         draft = drafts[config.draft] if config.draft is not None else None
         settings = dict(seed=unit_seed(seed, i), ignore_eos=ignore_eos)
-        if config not in warm:  # one-time allocations and imports are not timed
-            measure(config, target, draft, prompts[i], max_new_tokens=min(4, max_new_tokens), **settings)
-            warm.add(config)
-        record = dict(key=config.key(context), label=config.label, **asdict(config), prompt=i, seed=seed,
-                      **measure(config, target, draft, prompts[i], max_new_tokens=max_new_tokens, **settings))
+        try:
+            if config not in warm:  # one-time allocations and imports are not timed
+                measure(config, target, draft, prompts[i], max_new_tokens=min(4, max_new_tokens), **settings)
+                warm.add(config)
+            measured = measure(config, target, draft, prompts[i], max_new_tokens=max_new_tokens, **settings)
+        except Exception as error:  # a bug of the method under test: report it, keep sweeping
+            failures[config] = f"{type(error).__name__}: {error}"
+            out.write(f"{config.label} failed on prompt {i}, seed {seed}: {failures[config]}\n")
+            progress.update(config.label)
+            continue
+        record = dict(key=config.key(context), label=config.label, **asdict(config), prompt=i, seed=seed, **measured)
         record["text"] = decode(record["tokens"]) if decode is not None else None
         line = json.dumps(record)
         with paths[config].open("a") as handle:
             handle.write(line + "\n")
         cache[config][(i, seed)] = json.loads(line)  # as a resumed sweep reads it
         progress.update(config.label)
-    return [cache[c][(i, seed)] for c in configs for seed, i in units]
+    if any(c.method == AR for c in failures):
+        raise RuntimeError(f"the baseline failed: {'; '.join(m for c, m in failures.items() if c.method == AR)}")
+    records = [cache[c][(i, seed)] for c in configs if c not in failures for seed, i in units]
+    return SweepResult(records, {c.label: message for c, message in failures.items()})
