@@ -42,3 +42,22 @@ def test_config_validation():
         TrainConfig(minutes=0)
     with pytest.raises(ValueError):
         TrainConfig(min_lr_ratio=1.5)
+
+
+def test_resume_from_checkpoint_and_refuse_other_configs(tmp_path):
+    from draftverify.train.lm import train_joint
+
+    tokens = (np.arange(3000) * 7 % 50).astype(np.uint16)
+    config = TrainConfig(target_shape=ModelShape(1, 16, 2), draft_shape=ModelShape(1, 8, 1),
+                         steps=2, batch_size=2, context=16, warmup=1, checkpoint_every=1,
+                         log_every=1)
+    models, first = train_joint(tokens, tokens[:100], 50, 0, config, tmp_path, log=lambda _: None)
+    assert first.steps == 2 and first.resumed_at == ()
+    again, second = train_joint(tokens, tokens[:100], 50, 0, config, tmp_path, log=lambda _: None)
+    assert second.steps == 2 and second.resumed_at == (2,)
+    for name in models:
+        for a, b in zip(models[name].parameters(), again[name].parameters()):
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="different configuration"):
+        train_joint(tokens, tokens[:100], 50, 0, TrainConfig(**{**config.__dict__, "batch_size": 3}),
+                    tmp_path, log=lambda _: None)

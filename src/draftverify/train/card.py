@@ -46,7 +46,11 @@ def render(metrics: dict) -> str:
         + (f"The step count was fitted to a {shapes['minutes']}-minute budget from step times "
            "measured during the run (the machine was shared); pass `--steps "
            f"{train['steps']}` for a schedule of the same length."
-           if shapes["steps"] is None else f"Fixed step count (`--steps {shapes['steps']}`)."),
+           if shapes["steps"] is None else f"Fixed step count (`--steps {shapes['steps']}`).")
+        + (f" The run was stopped and resumed from its checkpoint at step(s) "
+           f"{', '.join(map(str, train['resumed_at']))}, with time budgets of "
+           f"{' then '.join(f'{m:g}' for m in train['budgets_minutes'])} minutes."
+           if train.get("resumed_at") else ""),
         f"- Drafts: `draft_kd` was distilled online from the target (forward KL to the target's "
         f"distribution on each batch), `draft_ce` trained on the data alone; the one with the "
         f"higher acceptance rate, **{chosen}**, is shipped as `draft/`.",

@@ -87,12 +87,15 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What the joint run did: steps, tokens seen per model, wall-clock seconds."""
+    """What the joint run did: steps, tokens seen per model, wall-clock seconds, the steps at
+    which it was resumed from a checkpoint and the time budgets it ran under."""
 
     steps: int
     tokens: int
     seconds: float
     final_losses: dict[str, float]
+    resumed_at: tuple[int, ...] = ()
+    budgets_minutes: tuple[float, ...] = ()
 
 
 def lr_factor(step: int, total_steps: int, warmup: int, min_lr_ratio: float) -> float:
@@ -166,15 +169,19 @@ def train_joint(train_tokens: np.ndarray, heldout_tokens: np.ndarray, vocab_size
                                           betas=(0.9, 0.95), weight_decay=config.weight_decay)
                   for name in MODEL_NAMES}
     step, total_steps, elapsed = 0, config.steps, 0.0
+    resumed_at, budgets = [], [config.minutes]
     if checkpoint_path.exists():
         state = torch.load(checkpoint_path, weights_only=False)
-        if state["config"] != asdict(config):
+        # the time budget may change on resume (the schedule re-fits at the next checkpoint)
+        if {**state["config"], "minutes": config.minutes} != asdict(config):
             raise ValueError(f"{checkpoint_path} was written by a different configuration; "
                              "remove it or pass a fresh --workdir")
         for name in MODEL_NAMES:
             models[name].load_state_dict(state["models"][name])
             optimizers[name].load_state_dict(state["optimizers"][name])
         step, total_steps, elapsed = state["step"], state["total_steps"], state["seconds"]
+        resumed_at = state.get("resumed_at", []) + [step]
+        budgets = state.get("budgets_minutes", [state["config"]["minutes"]]) + [config.minutes]
         log(f"resumed from {checkpoint_path} at step {step}/{total_steps}")
     for model in models.values():
         model.train()
@@ -213,7 +220,8 @@ def train_joint(train_tokens: np.ndarray, heldout_tokens: np.ndarray, vocab_size
                 f"elapsed={time.perf_counter() - started:.0f}s")
         if total_steps is not None and (step % config.checkpoint_every == 0 or step == total_steps):
             state = {"config": asdict(config), "step": step, "total_steps": total_steps,
-                     "seconds": time.perf_counter() - started,
+                     "seconds": time.perf_counter() - started, "resumed_at": resumed_at,
+                     "budgets_minutes": budgets,
                      "models": {n: m.state_dict() for n, m in models.items()},
                      "optimizers": {n: o.state_dict() for n, o in optimizers.items()}}
             torch.save(state, workdir / "checkpoint.tmp")
@@ -222,5 +230,6 @@ def train_joint(train_tokens: np.ndarray, heldout_tokens: np.ndarray, vocab_size
             log(f"checkpoint at step {step}; target held-out loss (4 windows) {probe:.3f}")
     seconds = time.perf_counter() - started
     result = TrainResult(steps=step, tokens=step * config.batch_size * config.context,
-                         seconds=seconds, final_losses={n: v.item() for n, v in losses.items()})
+                         seconds=seconds, final_losses={n: v.item() for n, v in losses.items()},
+                         resumed_at=tuple(resumed_at), budgets_minutes=tuple(budgets))
     return models, result
