@@ -102,7 +102,15 @@ def _relaxed_lp(left_caps, right_caps, edge_left, edge_right) -> np.ndarray:
     )
     if result.status != 0:
         raise RuntimeError(f"HiGHS failed: {result.message}")
-    return np.maximum(result.x, 0.0)
+    flows = np.maximum(result.x, 0.0)
+    # HiGHS meets constraints to its feasibility tolerance (~1e-7): scale each arc down so every row
+    # and column sum is within its capacity, so the residuals of eq. 3 are exact
+    row = np.bincount(edge_left, weights=flows, minlength=left_caps.size)
+    column = np.bincount(edge_right, weights=flows, minlength=right_caps.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        row_scale = np.where(row > left_caps, left_caps / row, 1.0)
+        column_scale = np.where(column > right_caps, right_caps / column, 1.0)
+    return flows * np.minimum(row_scale[edge_left], column_scale[edge_right])
 
 
 class Full:

@@ -70,6 +70,7 @@ class Decomposed:
         residual[instance.inner_tokens] = 0.0
         residual[instance.outer_tokens] -= instance.outer_marginals()
         self.residual = np.maximum(residual, 0.0)  # [V] p_res, >= 0 by Theorem 6.2 (rounding only)
+        self.residual_total = float(self.residual.sum())
 
     def part(self, which: str) -> Part:
         if which not in self.parts:
@@ -92,13 +93,12 @@ class Decomposed:
             out[served] = self.part("outer").allocate(served)
             return out
         shares = self.part("inner").allocate(distinct)  # eq. 17
-        out[distinct] = shares
         rest = 1.0 - shares.sum()
-        total_residual = self.residual.sum()
-        if rest > 0 and total_residual > 0:
-            out += rest * self.residual / total_residual  # eq. 8 / eq. 18
+        if rest > 0 and self.residual_total > 0:
+            out = self.residual * (rest / self.residual_total)  # eq. 8 / eq. 18
         elif rest > 0:  # alpha* = 1 to float precision: no residual mass exists anywhere
-            out[distinct] /= shares.sum()
+            shares = shares / shares.sum()
+        out[distinct] += shares
         return out
 
     def implied_target(self) -> np.ndarray:
@@ -109,9 +109,8 @@ class Decomposed:
         law = np.zeros(instance.vocab_size)
         law[instance.inner_tokens] = inner.intake
         law[instance.outer_tokens] = outer.intake
-        total_residual = self.residual.sum()
-        if total_residual > 0:
-            law += (inner_mass - inner.intake.sum()) * self.residual / total_residual
+        if self.residual_total > 0:
+            law += (inner_mass - inner.intake.sum()) * self.residual / self.residual_total
         return law
 
     def acceptance(self) -> float:

@@ -21,12 +21,12 @@ def _as_distribution(probs, name: str) -> np.ndarray:
         raise ValueError(f"{name}: expected a float array, got dtype {array.dtype}")
     if array.ndim != 1 or array.size == 0:
         raise ValueError(f"{name}: expected shape [V], got {array.shape}")
-    if not np.all(np.isfinite(array)):
+    total = float(array.sum(dtype=np.float64))  # NaN or inf anywhere makes the sum non-finite
+    if not np.isfinite(total):
         raise ValueError(f"{name}: contains NaN or infinite entries")
     if array.min() < 0:
         raise ValueError(f"{name}: contains negative entries")
     tolerance = 1e-4 if array.dtype == np.float32 else 1e-6  # as draftverify.probs.sum_tolerance
-    total = float(array.sum(dtype=np.float64))
     if abs(total - 1.0) > tolerance:
         raise ValueError(f"{name}: must sum to 1 (sums to {total:.8g}); nothing is renormalised for you")
     return array.astype(np.float64)
@@ -98,8 +98,8 @@ def make_instance(target_probs, draft_probs, num_drafts: int) -> Instance:
     if isinstance(num_drafts, bool) or not isinstance(num_drafts, (int, np.integer)) or num_drafts < 1:
         raise ValueError(f"num_drafts must be an integer >= 1, got {num_drafts!r}")
     support = np.flatnonzero(draft > 0)
-    with np.errstate(divide="ignore"):
-        ratio = draft[support] / target[support]  # inf where T = 0
+    with np.errstate(divide="ignore", over="ignore"):
+        ratio = draft[support] / target[support]  # inf where T = 0 (or T subnormal)
     order = support[np.argsort(-ratio, kind="stable")]
     cum_target = np.concatenate([[0.0], np.cumsum(target[order])])
     cum_draft = np.minimum(np.concatenate([[0.0], np.cumsum(draft[order])]), 1.0)
