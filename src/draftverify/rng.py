@@ -27,9 +27,6 @@ class BranchingSource:
         raise NotImplementedError
 
 
-Source = "torch.Generator | BranchingSource | None"
-
-
 def bernoulli(probs: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> torch.Tensor:
     """Independent coin flips: ``out[i]`` is True with probability ``probs[i]`` (clamped to [0, 1]
     only against float rounding of already valid probabilities)."""

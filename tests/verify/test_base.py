@@ -125,3 +125,11 @@ def test_result_is_frozen_and_package_exports_contract():
         result.num_accepted = 3
     assert draftverify.VerifyResult is type(result)
     assert np.all(np.array(result.tokens) >= 0)
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_seeded_calls_are_bit_identical(name):
+    tokens, draft, target = valid_inputs(length=4, seed=3)
+    verifier = get_verifier(name)
+    runs = [[verifier.verify(tokens, draft, target, generator=torch.Generator().manual_seed(7)) for _ in range(5)] for _ in range(2)]
+    assert runs[0] == runs[1]
