@@ -1,0 +1,134 @@
+"""SPRINTER as a verifier: sequential approximate verification by a small classifier (seed 003).
+
+Seed 003, Algorithm 2 (its p is our target, q our draft): draft x ~ D; while the classifier says
+"yes" (score >= tau) keep x and draft on; at the first "no" call the target on that position only
+and apply the speculative-sampling step there: keep x with probability min(1, T(x)/D(x)), else emit
+a correction from norm((T - D)_+). Terms: *run* = the drafted tokens the classifier kept; the
+*checked token* = the one it said "no" to, kept or corrected by the target.
+
+Where ours differs from the seed: a run is capped at L tokens (the draft length); a run that
+reaches the cap ends with a target call that scores the run and samples one *bonus* token from
+T(. | run), as speculative sampling does after a fully accepted draft. Without a cap, a classifier
+that never says "no" would never call the target.
+
+Law of one emitted token (seed 003, Theorem 3.1; our general form in
+:func:`draftverify.theory.sprinter_output_law`): with eta(x) = P(yes | drafted x), every token the
+classifier decides on has law T + eta (D - T)_+ - (T - D)_+ E / TV(T, D), E = sum eta (D - T)_+;
+(1 - eta_FP) T + eta_FP D when eta is eta_FP on every token with D > T. Bonus tokens have law T.
+
+Here the verifier contract's ``target_probs`` are all given, as in a test harness; the engine's
+``sprinter`` method (:mod:`draftverify.engine.sprinter`) calls the target only where needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import rng
+from ..models.pair import ASSETS
+from ..verify.base import Verifier, VerifyResult, register
+from .classifier import LinearClassifier
+
+__all__ = ["Sprinter", "RateClassifier", "checked_token", "load_classifier", "DEFAULT_CLASSIFIER"]
+
+DEFAULT_CLASSIFIER = ASSETS / "sprinter" / "classifier.json"
+
+
+def load_classifier(classifier: Any = None) -> Any:
+    """A classifier object: ``None`` -> the shipped default for the embedded pair, a path -> the
+    saved :class:`LinearClassifier`, an object with ``yes_probability`` -> itself."""
+    if classifier is None:
+        return LinearClassifier.load(DEFAULT_CLASSIFIER)
+    if isinstance(classifier, (str, Path)):
+        return LinearClassifier.load(classifier)
+    if not callable(getattr(classifier, "yes_probability", None)):
+        raise ValueError(f"classifier: expected None, a path or an object with yes_probability, got {type(classifier).__name__}")
+    return classifier
+
+
+@dataclass(frozen=True, eq=False)
+class RateClassifier:
+    """A synthetic classifier with given rates, for testing the theory: it looks at the truth and
+    says "yes" with probability ``false_positive_rate`` when D(x) > T(x), ``true_positive_rate``
+    otherwise. Each rate is a number or an array ``[V]`` indexed by the drafted token."""
+
+    false_positive_rate: Any = 0.0
+    true_positive_rate: Any = 1.0
+
+    scored = False  # no score: the threshold does not apply
+
+    def __post_init__(self) -> None:
+        for name in ("false_positive_rate", "true_positive_rate"):
+            value = np.asarray(getattr(self, name), dtype=np.float64)
+            if value.ndim > 1 or not np.all((value >= 0) & (value <= 1)):
+                raise ValueError(f"{name}: expected a number or a [V] array in [0, 1], got {getattr(self, name)!r}")
+            object.__setattr__(self, name, value)
+
+    def yes_probability(self, tokens, draft_probs, *, hidden=None, target_probs=None, threshold=0.5) -> torch.Tensor:
+        if target_probs is None:
+            raise ValueError("RateClassifier looks at the target's probabilities: it is a test device, not for the engine")
+        at = tokens.long().unsqueeze(-1)  # [N, 1]
+        unacceptable = (draft_probs.gather(-1, at) > target_probs.gather(-1, at))[:, 0]  # [N]
+        rates = [torch.from_numpy(np.broadcast_to(r, (draft_probs.shape[-1],)).copy())[tokens.long()]
+                 for r in (self.false_positive_rate, self.true_positive_rate)]
+        return torch.where(unacceptable, rates[0], rates[1])  # [N] float64
+
+
+def checked_token(token: int, draft_row: torch.Tensor, target_row: torch.Tensor, generator) -> tuple[int, bool]:
+    """The speculative-sampling step at one position (Leviathan et al. 2023, Algorithm 1; seed 003,
+    Algorithm 2): keep ``token`` with probability min(1, T/D), else draw from norm((T - D)_+).
+    Returns (emitted token, whether the drafted one was kept)."""
+    ratio = target_row[token] / draft_row[token]
+    if bool(rng.bernoulli(torch.clamp(ratio, max=1.0).reshape(1), generator)[0]):
+        return token, True
+    residual = torch.clamp(target_row - draft_row, min=0.0)  # [V]
+    if not bool(residual.sum() > 0):  # T == D to float precision: the rejection came from rounding
+        residual = target_row
+    return rng.categorical(residual, generator), False
+
+
+@register
+@dataclass(frozen=True, eq=False)
+class Sprinter(Verifier):
+    """``sprinter``: SPRINTER's approximate verification (seed 003, Algorithm 2; see module doc).
+
+    Options: ``threshold`` tau in [0, 1] (the classifier says "yes" when its score >= tau; the seed
+    uses 0.5), ``classifier`` (None: the one shipped with the embedded pair; a path to a saved one;
+    or an object with ``yes_probability``, e.g. :class:`RateClassifier`). NOT exact: the output law
+    deviates from the target's by sum_x eta(x) (D - T)_+(x) in TV per token.
+    """
+
+    name = "sprinter"
+    description = "SPRINTER (approximate): a trained classifier decides, the target checks only its 'no' tokens"
+    exact = False
+    threshold: float = 0.5
+    classifier: Any = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= float(self.threshold) <= 1.0:
+            raise ValueError(f"sprinter: threshold must lie in [0, 1], got {self.threshold}")
+        object.__setattr__(self, "classifier", load_classifier(self.classifier))
+        if not getattr(self.classifier, "scored", True) and self.threshold != 0.5:
+            raise ValueError("sprinter: threshold applies to scored classifiers; this one has given rates")
+
+    def yes_probability(self, tokens, draft_probs, *, hidden=None, target_probs=None) -> torch.Tensor:
+        """P(classifier says "yes") for each drafted token ``[N]``."""
+        return self.classifier.yes_probability(
+            tokens, draft_probs, hidden=hidden, target_probs=target_probs, threshold=float(self.threshold)
+        )
+
+    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
+        x, draft, target = draft_tokens[0], draft_probs[0], target_probs[0]  # [L], [L, V], [L + 1, V]
+        length = x.shape[0]
+        yes = rng.bernoulli(self.yes_probability(x, draft, target_probs=target[:length]), generator)  # [L]
+        no = torch.nonzero(~yes)
+        j = int(no[0]) if no.numel() else length  # the run: x[:j]
+        if j == length:
+            return VerifyResult(x.tolist() + [rng.categorical(target[length], generator)], length, 0, None)  # bonus
+        token, _ = checked_token(int(x[j]), draft[j], target[j], generator)
+        return VerifyResult(x[:j].tolist() + [token], j, 0, None)

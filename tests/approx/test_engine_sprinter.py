@@ -1,0 +1,120 @@
+"""The engine's ``sprinter`` method: its output law on known-law models is the one the theory
+predicts from the classifier's decisions, it is the target's when the classifier never says yes,
+and its caches, statistics and decision log stay consistent on a transformers pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from draftverify import theory
+from draftverify.approx import FeatureSpec, LinearClassifier, Sprinter
+from draftverify.engine import DecodeConfig, Decoder, generate_batch
+from draftverify.models.hf import TransformersModel
+from draftverify.models.toy import ToyModel, tiny_causal_lm
+from draftverify.testing import MarkovModel, goodness_of_fit, random_pair
+
+VOCAB, NUM_TOKENS, SAMPLES = 3, 4, 2500
+STRICT, BROKEN = 1e-3, 1e-6
+PROBS_ONLY = FeatureSpec(hidden=False)
+
+
+def probability_classifier(weights=(1.0, 0.3), bias=0.6) -> LinearClassifier:
+    """Decides from log D(x) and the entropy of D only, so on a Markov pair its decisions depend
+    on the context and the drafted token: the predicted law is again a Markov chain."""
+    return LinearClassifier(np.array(weights), bias, np.zeros(2), np.ones(2), PROBS_ONLY, 1.0)
+
+
+def predicted_chain(pair, classifier, threshold) -> MarkovModel:
+    yes = classifier.yes_all_tokens(torch.from_numpy(pair.draft.table), threshold=threshold).double().numpy()  # [C, V]
+    table = theory.sprinter_output_law(pair.target.table, pair.draft.table, yes)
+    return MarkovModel(table, pair.target.order, pair.target.start)
+
+
+def law_after(markov, prompt, num_tokens) -> np.ndarray:
+    law, contexts = np.ones(1), [list(prompt)]
+    for _ in range(num_tokens):
+        law = (law[:, None] * np.stack([markov.conditional(c) for c in contexts])).ravel()
+        contexts = [c + [t] for c in contexts for t in range(markov.vocab_size)]
+    return law
+
+
+def engine_counts(pair, verifier, prompt=(1,), draft_length=NUM_TOKENS, seed=0) -> np.ndarray:
+    results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [list(prompt)] * SAMPLES, verifier,
+                             draft_length=draft_length, max_new_tokens=NUM_TOKENS, seed=seed)
+    counts = np.zeros(VOCAB**NUM_TOKENS)
+    for result in results:
+        counts[int(np.dot(result.tokens, VOCAB ** np.arange(NUM_TOKENS - 1, -1, -1)))] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return random_pair(vocab_size=VOCAB, order=2, seed=3)
+
+
+def test_engine_law_is_the_predicted_one_not_the_targets(pair):
+    classifier = probability_classifier()
+    yes = classifier.yes_all_tokens(torch.from_numpy(pair.draft.table))
+    assert 0.2 < float(yes.double().mean()) < 0.9  # the classifier says both yes and no
+    counts = engine_counts(pair, Sprinter(classifier=classifier))
+    assert goodness_of_fit(counts, law_after(predicted_chain(pair, classifier, 0.5), [1], NUM_TOKENS))[0] > STRICT
+    assert goodness_of_fit(counts, law_after(pair.target, [1], NUM_TOKENS))[0] < BROKEN
+
+
+def test_engine_is_exact_when_the_classifier_never_says_yes(pair):
+    never = Sprinter(threshold=1.0, classifier=probability_classifier())  # sigmoid < 1: always "no"
+    counts = engine_counts(pair, never, draft_length=2)
+    assert goodness_of_fit(counts, law_after(pair.target, [1], NUM_TOKENS))[0] > STRICT
+
+
+def test_yes_all_tokens_agrees_with_the_decisions_on_drawn_tokens():
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(6, 5, dtype=torch.float64), -1)
+    hidden = torch.randn(6, 4, dtype=torch.float64)
+    spec = FeatureSpec()
+    classifier = LinearClassifier(np.array([0.3, -1.0, 0.5, 0.2, 1.2, -0.7]), 0.1, np.full(6, 0.1), np.full(6, 2.0), spec, 1.2, 4)
+    table = classifier.yes_all_tokens(probs, hidden)
+    for token in range(5):
+        tokens = torch.full((6,), token)
+        np.testing.assert_array_equal(classifier.yes_probability(tokens, probs, hidden=hidden).numpy(), table[:, token].double().numpy())
+
+
+def test_transformers_pair_caches_stats_and_log(tmp_path):
+    target = TransformersModel(tiny_causal_lm(40, seed=1, dtype=torch.float32))
+    draft = TransformersModel(tiny_causal_lm(40, seed=2, width=16, layers=1, dtype=torch.float32))
+    hidden_size = 16
+    classifier = LinearClassifier(np.r_[np.zeros(hidden_size), 1.0, 0.0], 3.7, np.zeros(hidden_size + 2),
+                                  np.ones(hidden_size + 2), FeatureSpec(), 1.2, hidden_size)
+    path = classifier.save(tmp_path / "classifier.json")
+    config = DecodeConfig("sprinter", draft_length=5, max_new_tokens=20, options={"classifier": str(path)})
+    prompts = [[3, 4, 5], [7, 8], [9, 10, 11, 12]]
+    decoder = Decoder(target, draft, prompts, config)
+    steps = []
+    while not decoder.done:
+        steps.extend(decoder.step())
+        decoder.check_caches()
+    for index in range(len(prompts)):
+        log, generated = decoder.states[index], decoder.generated(index)
+        assert len(generated) == 20
+        row_steps = [s.stats for s in steps if s.index == index]
+        assert sum(s.target_calls for s in row_steps) == len(row_steps)
+        assert sum(s.committed for s in row_steps) == 20
+        assert all(s.drafted <= 5 and s.accepted <= s.drafted for s in row_steps)
+        # a "yes" token is committed as drafted, at its logged position
+        for position, token, yes in zip(log.positions, log.tokens, log.yes):
+            if yes and position < len(generated):
+                assert generated[position] == token
+        assert any(log.yes) and not all(log.yes)
+    # the same seed gives the same tokens
+    again = Decoder(target, draft, prompts, config)
+    while not again.done:
+        again.step()
+    assert [again.generated(i) for i in range(3)] == [decoder.generated(i) for i in range(3)]
+
+
+def test_hidden_state_classifier_needs_a_transformers_draft(pair):
+    classifier = LinearClassifier(np.zeros(4), 0.0, np.zeros(4), np.ones(4), FeatureSpec(log_draft_prob=False), 1.0, 3)
+    with pytest.raises(ValueError, match="output layer"):
+        generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]], Sprinter(classifier=classifier), max_new_tokens=2)
