@@ -49,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=None, help="top-k warping of draft and target")
     parser.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"])
     parser.add_argument("--stop-at-eos", action="store_true", help="stop at EOS (default: every run makes max-new-tokens)")
-    parser.add_argument("--deviation-samples", type=int, default=256,
+    parser.add_argument("--deviation-samples", type=int, default=128,
                         help="one-token decodings per prompt for the first-token TV of inexact methods (0: skip)")
-    parser.add_argument("--deviation-prompts", type=int, default=3, help="prompts used for the deviation (default 3)")
+    parser.add_argument("--deviation-prompts", type=int, default=2, help="prompts used for the deviation (default 2)")
     parser.add_argument("--out", default="decode-results", help="output folder (default ./decode-results)")
     parser.add_argument("--plots-dir", default=None, help="folder for the PNGs (default: --out)")
     parser.add_argument("--cache", default=None, help="folder of the per-configuration run cache (default: OUT/cache)")
