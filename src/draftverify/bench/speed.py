@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", default=None, help="target folder (default: embedded pair)")
     parser.add_argument("--draft", default=None, help="transformer draft folder (default: embedded pair)")
+    parser.add_argument("--ngram", default=None, help="n-gram drafter folder (default: embedded pair)")
     parser.add_argument("--no-ngram", action="store_true", help="skip the n-gram drafter rows")
     parser.add_argument("--multi", type=int, default=4,
                         help="K of the extra multi-draft rows (kseq), 0 to skip them (default 4)")
@@ -106,7 +107,7 @@ def _models(args) -> tuple[Any, dict[str, Any], Any]:
     pair = load_pair(args.target, args.draft)
     drafts = {"draft": pair.draft}
     if not args.no_ngram:
-        drafts["ngram"] = load_ngram_draft(pair.target)
+        drafts["ngram"] = load_ngram_draft(pair.target, args.ngram)
     return pair.target, drafts, pair.tokenizer
 
 

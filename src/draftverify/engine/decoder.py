@@ -32,7 +32,7 @@ from .config import DecodeConfig
 from .stats import StepStats
 from .stopping import Stopper
 
-__all__ = ["Decoder", "RowStep"]
+__all__ = ["Decoder", "RowStep", "sample"]
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Decoder:
         tokens, valid = _pending(self.committed, self.target_held, self.active)
         logits = self.target.forward(self.target_cache, tokens, valid, 1)[:, 0]  # [R, V]
         probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-        sampled = torch.multinomial(probs, 1, generator=self.generator)[:, 0].tolist()  # [R]
+        sampled = sample(probs, self.generator).tolist()  # [R]
         seconds = time.perf_counter() - start
         stats = StepStats(drafted=0, verified=0, accepted=0, committed=1, draft_index=0, draft_calls=0,
                           target_calls=1, draft_seconds=0.0, target_seconds=seconds, verify_seconds=0.0)
@@ -135,7 +135,7 @@ class Decoder:
             logits = self.draft.forward(self.draft_cache, chunk, valid, 1)[:, 0]  # [R K, V]
             probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
             draft_probs.append(probs)
-            draft_tokens[:, i] = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+            draft_tokens[:, i] = sample(probs, self.generator)
             chunk, valid = draft_tokens[:, i : i + 1], None  # x_L itself is never fed to the draft
         draft_done = time.perf_counter()
 
@@ -223,6 +223,19 @@ class Decoder:
                     assert held[p] == len(self.committed[p]) - 1, (p, held[p], len(self.committed[p]))
                 else:
                     assert held[p] <= len(self.committed[p]) - 1
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row of ``probs`` [N, V], by inverse CDF in float64 (``torch.multinomial`` is
+    several times slower on CPU at V in the thousands). A zero-probability index is never drawn."""
+    cdf = torch.cumsum(probs.to(torch.float64), -1)  # [N, V]
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]  # [N, 1]
+    index = torch.searchsorted(cdf, u, right=True)[:, 0]  # [N]
+    beyond = index >= probs.shape[-1]
+    if bool(beyond.any()):  # u * total rounded up to the total: the last index with positive probability
+        last = probs.shape[-1] - 1 - torch.argmax(probs.flip(-1).gt(0).to(torch.int8), -1)
+        index = torch.where(beyond, last, index)
+    return index
 
 
 def _pending(committed: list[list[int]], held: list[int], active: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -178,13 +178,11 @@ class HistoryModel(LanguageModel):
         """Logits (log-probabilities are fine) ``[N, V]`` of the token after each context."""
 
     def _forward(self, cache, tokens, positions, holes, num_logits) -> torch.Tensor:
-        width = cache.tokens.shape[1]
+        if not bool(cache.valid[:, -num_logits:].all()):
+            raise ValueError("forward: the positions that return logits must not be padding")
         contexts = []
         for b in range(cache.batch_size):
-            row_tokens, row_valid = cache.tokens[b].tolist(), cache.valid[b].tolist()
-            if not all(row_valid[width - num_logits :]):
-                raise ValueError("forward: the positions that return logits must not be padding")
-            history = [t for t, v in zip(row_tokens, row_valid) if v]
+            history = cache.row(b)
             # the context of a slot is the history up to and including it
             contexts.extend(history[: len(history) - i] for i in reversed(range(num_logits)))
         logits = self.next_token_logits(contexts)  # [B * num_logits, V]

@@ -74,11 +74,12 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None)
     return ModelPair(target_model, draft_model, target_model.tokenizer, name)
 
 
-def load_ngram_draft(target: TransformersModel) -> NGramModel:
-    """The embedded n-gram drafter, checked against ``target``'s vocabulary."""
+def load_ngram_draft(target: TransformersModel, path: str | Path | None = None) -> NGramModel:
+    """The n-gram drafter in folder ``path`` (default: the embedded one), checked against
+    ``target``'s vocabulary."""
     from .ngram import NGramDrafter
 
-    draft = NGramModel(NGramDrafter.load(_embedded("ngram")), target.eos_token_id)
+    draft = NGramModel(NGramDrafter.load(_embedded("ngram") if path is None else path), target.eos_token_id)
     _check_same_vocabulary(target, draft, "ngram")
     return draft
 
