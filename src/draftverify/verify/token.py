@@ -121,9 +121,10 @@ class GreedyMatch(Verifier):
     exact = True
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
-        best = target_probs[0].argmax(dim=-1)  # [L + 1]
-        length = draft_tokens.shape[1]
-        mismatch = torch.nonzero(draft_tokens[0] != best[:length])
-        n = int(mismatch[0]) if mismatch.numel() else length
-        tokens = draft_tokens[0, :n].tolist() + [int(best[n])]
-        return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
+        tokens = []
+        for i, drafted in enumerate(draft_tokens[0].tolist() + [None]):  # rows read up to the first mismatch
+            best = int(target_probs[0, i].argmax())
+            tokens.append(best)
+            if best != drafted:
+                break
+        return VerifyResult(tokens=tokens, num_accepted=len(tokens) - 1, draft_index=0, state=None)
