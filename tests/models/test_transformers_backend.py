@@ -89,3 +89,9 @@ def test_tree_scoring_of_k_drafts_matches_each_draft_alone(arch):
     out = model.forward(cache, torch.tensor([[30], [31]]))
     torch.testing.assert_close(out[0, 0], alone(raw, prefixes[0] + [13, 14, 30], 1)[0])
     torch.testing.assert_close(out[1, 0], alone(raw, prefixes[1] + [31], 1)[0])
+
+
+def test_gpt2_runs_the_lean_forward_checked_above_against_the_model_itself():
+    # the gpt2 cases of the tests above compare that path with GPT2LMHeadModel's own forward
+    assert TransformersModel(tiny_causal_lm(20, arch="gpt2"))._lean
+    assert not TransformersModel(tiny_causal_lm(20, arch="llama"))._lean
