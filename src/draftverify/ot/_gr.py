@@ -68,15 +68,13 @@ def outer_part(instance: Instance, tol: float, max_iter: int) -> Part:
         alpha[a:b], intake[a:b], error, ok = solve_luce(system, budget, max_iter)
         deviation += error + QUADRATURE_ALLOWANCE
         converged &= ok
-    block_of = np.zeros(instance.vocab_size, dtype=np.int64)
-    block_of[tokens] = np.searchsorted(starts, np.arange(tokens.size), side="right") - 1
-    local = np.zeros(instance.vocab_size, dtype=np.int64)
-    local[tokens] = np.arange(tokens.size)
+    block_of = np.searchsorted(starts, np.arange(tokens.size), side="right") - 1  # [outer] block index
 
     def allocate(served: np.ndarray) -> np.ndarray:
-        blocks = block_of[served]
+        local = instance.position[served] - instance.h  # outer tokens follow H* in the ratio order
+        blocks = block_of[local]
         last = blocks == blocks.max()  # the tuple's mass goes to the last block it touches
-        logits = np.where(last, alpha[local[served]], -np.inf)
+        logits = np.where(last, alpha[local], -np.inf)
         if not np.isfinite(logits.max()):
             return last / last.sum()
         weights = np.exp(logits - logits.max())
@@ -93,11 +91,9 @@ def inner_part(instance: Instance, tol: float, max_iter: int) -> Part:
         return Part("gr", lambda served: np.zeros(served.size), np.zeros(0), 0.0, True, time.perf_counter() - start)
     system = LuceSystem(instance.draft[tokens], instance.target[tokens], 0.0, True, instance.num_drafts)
     alpha, intake, error, converged = solve_luce(system, tol, max_iter)
-    local = np.zeros(instance.vocab_size, dtype=np.int64)
-    local[tokens] = np.arange(tokens.size)
 
     def allocate(served: np.ndarray) -> np.ndarray:
-        weights = np.exp(alpha[local[served]])  # [s] u_j
+        weights = np.exp(alpha[instance.position[served]])  # [s] u_j (H* is the head of the ratio order)
         return weights / (1.0 + weights.sum())
 
     return Part("gr", allocate, intake, error + QUADRATURE_ALLOWANCE, converged, time.perf_counter() - start)

@@ -139,8 +139,7 @@ class Full:
         np.subtract.at(self.residual, instance.order[edge_token], flows)
         self.residual = np.maximum(self.residual, 0.0)
         self.draft_residual = np.maximum(self.tuple_mass - self.flows.sum(axis=1), 0.0)  # [k^n]
-        self.position = np.full(instance.vocab_size, -1, dtype=np.int64)
-        self.position[instance.order] = np.arange(k)
+        self.position = instance.position
         self.seconds = time.perf_counter() - start
 
     def conditional(self, drafts: np.ndarray) -> np.ndarray:
@@ -242,11 +241,10 @@ def inner_network(instance: Instance, max_arcs: int) -> Part:
 def _network_part(instance, tokens, index, starts, edge_left, edge_right, flows, masses, start, *, slack: bool) -> Part:
     intake = np.bincount(edge_left, weights=flows, minlength=tokens.size)
     routed = np.bincount(edge_right, weights=flows, minlength=masses.size)
-    local = np.full(instance.vocab_size, -1, dtype=np.int64)
-    local[tokens] = np.arange(tokens.size)
+    offset = 0 if slack else instance.h  # inner tokens are order[:h], outer ones order[h:]
 
     def allocate(served: np.ndarray) -> np.ndarray:
-        ids = local[served]
+        ids = instance.position[served] - offset
         order = np.argsort(ids)
         row = index.row(ids)
         shares = np.empty(served.size)

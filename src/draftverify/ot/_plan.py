@@ -63,9 +63,7 @@ class Decomposed:
         self.fallback_name = fallback_name
         self.parts: dict[str, Part] = {}
         self.used_fallback = False
-        k = instance.order.size
-        self.position = np.full(instance.vocab_size, -1, dtype=np.int64)
-        self.position[instance.order] = np.arange(k)
+        self.position = instance.position
         residual = instance.target.copy()  # outside V0 the whole target mass is residual
         residual[instance.inner_tokens] = 0.0
         residual[instance.outer_tokens] -= instance.outer_marginals()

@@ -46,6 +46,7 @@ class Instance:
     order: np.ndarray  # [k] token ids of V0, D/T descending
     psi: np.ndarray  # [k + 1]
     h: int  # |H*|
+    position: np.ndarray  # [V] index of each token in ``order`` (-1 outside the support)
 
     @property
     def vocab_size(self) -> int:
@@ -105,7 +106,9 @@ def make_instance(target_probs, draft_probs, num_drafts: int) -> Instance:
     cum_draft = np.minimum(np.concatenate([[0.0], np.cumsum(draft[order])]), 1.0)
     psi = cum_target - cum_draft ** int(num_drafts)
     h = int(np.argmin(psi))
-    return Instance(target=target, draft=draft, num_drafts=int(num_drafts), order=order, psi=psi, h=h)
+    position = np.full(target.size, -1, dtype=np.int64)
+    position[order] = np.arange(order.size)
+    return Instance(target=target, draft=draft, num_drafts=int(num_drafts), order=order, psi=psi, h=h, position=position)
 
 
 def optimal_subset(target_probs, draft_probs, num_drafts: int) -> tuple[float, np.ndarray]:
