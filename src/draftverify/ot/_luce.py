@@ -188,7 +188,9 @@ class _Enumerated:
         size = alpha.size
         u = np.append(np.exp(alpha), 0.0)  # [J + 1] with the dummy
         weights = u[self.members]  # [M, n]
-        denominator = self.slack + weights.sum(axis=1)  # [M]
+        denominator = self.slack + weights[:, 0]  # [M] (column adds: a short-axis sum is slow in numpy)
+        for column in range(1, weights.shape[1]):
+            denominator = denominator + weights[:, column]
         logs = np.log(denominator, where=self.mass > 0, out=np.zeros_like(denominator))  # 0 log 0 = 0
         value = self.mass @ logs - _dot(self.system.required, alpha)
         shares = weights / denominator[:, None]  # [M, n]
