@@ -11,24 +11,18 @@ gradient of F is exactly the deviation of the token totals, so sum |grad| certif
 
 What we do differently from seed 001, and why:
 
-1. **No enumeration of sets.** Seed 001 sums over up to |T|^n / n! grouped sets and truncates T to
-   keep that small, which is where it fails (appendix K). We use 1/(s + U) = int_0^inf e^{-t(s + U)} dt
-   and the identity sum_S c_S prod_{j in S} y_j = E[(h + sum_j d_j B_j)^n] with independent
-   B_j ~ Bernoulli(y_j), h the background draft mass (tuples drawn i.i.d. from the draft: a
-   tuple's served set lies inside A iff all n draws fall in background + A). Its moments come from
-   the cumulant series sum_j log(1 + y_j (e^{d_j s} - 1)) whose coefficients are Bernoulli
-   cumulants (polynomials in y_j), so every gradient is O(J n^2) per quadrature node plus small
-   matrix products, and no truncation is needed. The t-integral is a trapezoidal rule in log t
-   (step 0.35 over the range the weights need), which converges geometrically for these analytic
-   integrands; its error is far below the tolerances used (checked against enumeration in tests).
+1. **No enumeration of sets for large systems** (``_luce``). Seed 001 sums over up to |T|^n / n!
+   grouped sets and truncates T to keep that small, which is where it fails (appendix K). We
+   evaluate F, its gradient and Hessian-vector products through a generating function in O(J n^2)
+   per quadrature node, so T = everything (no truncation error); small systems still enumerate.
 2. **Blocks.** Theorem 6.2's outer totals sit on a vertex of the polymatroid: every tail of the ratio
    order at which psi reaches its suffix minimum is Hall-tight, so the outer softmax weights diverge
    across those cuts and no finite minimiser exists (a reason L-BFGS-B stalls). We cut the outer
    tokens there (``Instance.outer_blocks``): a tuple's whole mass goes to the last block it touches,
    single-token blocks are exact with no solve, and each larger block is one finite softmax system
    with the earlier tokens as background.
-3. **Newton with the exact Hessian** (conjugate gradients on Hessian-vector products, which have
-   the same low-rank series structure) and an Armijo line search, instead of 25 L-BFGS-B steps.
+3. **Newton with the exact Hessian** (dense when enumerated, conjugate gradients on Hessian-vector
+   products otherwise) and an Armijo line search, instead of 25 L-BFGS-B steps.
 
 Stopping rule: sum |grad| <= ``tol`` per system, so the plan deviates from the target by at most
 3 tol in L1 and from alpha* by at most 2 tol (Lemma 6.6), inside the 15 tol / 10 tol of Algorithm 1.
