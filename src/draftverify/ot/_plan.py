@@ -75,9 +75,13 @@ class Decomposed:
             part = self._solvers[which](self.instance)
             if not part.converged and self._fallbacks is not None:
                 spent = part.seconds
-                part = self._fallbacks[which](self.instance)
-                part = Part(part.method, part.allocate, part.intake, part.deviation, part.converged, part.seconds + spent)
-                self.used_fallback = True
+                try:
+                    exact = self._fallbacks[which](self.instance)
+                except ValueError:  # the exact network exceeds its limit: keep the approximate part
+                    exact = None
+                if exact is not None:
+                    part = Part(exact.method, exact.allocate, exact.intake, exact.deviation, exact.converged, exact.seconds + spent)
+                    self.used_fallback = True
             self.parts[which] = part
         return self.parts[which]
 
