@@ -81,8 +81,8 @@ def render(metrics: dict) -> str:
         lines.append(f"| {name} | {loss[name]:.3f} | {math.exp(loss[name]):.1f} |")
     lines += [
         "",
-        "Transformers: consecutive windows of the held-out stream; n-gram: each held-out file "
-        "scored from its own start.",
+        f"The first {metrics['heldout_tokens_scored']:,} tokens of the held-out stream. "
+        "Transformers: consecutive windows; n-gram: each held-out file scored from its own start.",
         "",
         "## Speculative decoding acceptance rate (temperature 1, one draft)",
         f"Mean over positions of `sum_x min(target(x), draft(x))` along {config['measure_tokens']}-"

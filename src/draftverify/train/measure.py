@@ -165,10 +165,11 @@ def measure_all(final: Path, ngram_dir: Path, tokenizer_dir: Path, heldout_token
     metrics: dict = {"params": {n: sum(p.numel() for p in m.parameters())
                                 for n, m in models.items()}}
     began = time.perf_counter()
-    metrics["heldout_loss"] = {n: heldout_loss(m, heldout_tokens, context)
-                               for n, m in models.items()}
-    metrics["heldout_loss"]["ngram"] = ngram_heldout_loss(ngram, heldout_tokens,
-                                                          tokenizer.eos_token_id)
+    # the first ``heldout_windows`` windows of the held-out stream, for every model
+    heldout = heldout_tokens[:config.heldout_windows * context + 1]
+    metrics["heldout_tokens_scored"] = int(len(heldout) - 1)
+    metrics["heldout_loss"] = {n: heldout_loss(m, heldout, context) for n, m in models.items()}
+    metrics["heldout_loss"]["ngram"] = ngram_heldout_loss(ngram, heldout, tokenizer.eos_token_id)
     log(f"held-out loss (nats/token): {metrics['heldout_loss']} "
         f"({time.perf_counter() - began:.0f}s)")
     began = time.perf_counter()

@@ -35,12 +35,15 @@ class PipelineConfig:
     max_files: int | None = None
     ngram_order: int = 4
     measure_prompts: int = 164
-    measure_tokens: int = 64
+    measure_tokens: int = 32
+    heldout_windows: int = 64
     command: str = ""
 
     def __post_init__(self) -> None:
-        if self.ngram_order < 1 or self.measure_prompts < 1 or self.measure_tokens < 1:
-            raise ValueError("ngram_order, measure_prompts and measure_tokens must be >= 1")
+        if min(self.ngram_order, self.measure_prompts, self.measure_tokens,
+               self.heldout_windows) < 1:
+            raise ValueError("ngram_order, measure_prompts, measure_tokens and heldout_windows "
+                             "must be >= 1")
 
 
 def save_model(model, path: Path, storage_dtype) -> None:
