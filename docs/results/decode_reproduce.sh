@@ -33,7 +33,7 @@ $DV bench decode --prompts humaneval --num-prompts 4 --seeds 0 --max-new-tokens 
 # Seed 002: expected tokens per step (1 - a^(L+1)) / (1 - a) against the measured block efficiency
 # of sd, at its table's draft lengths, temperature 1.
 seed002() {
-$DV bench decode --prompts humaneval --num-prompts 4 --seeds 0 1 --max-new-tokens 48 \
+$DV bench decode --prompts humaneval --num-prompts 4 --seeds 0 --max-new-tokens 48 \
   --methods ar sd --draft-lengths 1 3 5 7 10 --temperatures 1 --threads 1 \
   --title "Seed 002 tokens per step against measured block efficiency" \
   --out "$OUT/decode_seed002" --plots-dir "$IMG" --prefix decode_seed002 --cache "$CACHE" $EXTRA
