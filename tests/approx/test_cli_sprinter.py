@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from draftverify.approx import LinearClassifier
+from draftverify.approx.features import draft_fingerprint
+from draftverify.models.hf import TransformersModel
 from draftverify.cli import main
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 
@@ -40,6 +42,7 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
     assert all(0 <= r["auc"] <= 1 for r in roc["results"])
     classifier = LinearClassifier.load(out / "classifier.json")
     assert classifier.ratio_threshold == 1.2 and classifier.hidden_size == 16
+    assert classifier.info["draft_fingerprint"] == draft_fingerprint(TransformersModel.from_pretrained(tiny_pair / "draft"))
     assert (out / "lambda_1.5.json").exists() and (tmp_path / "img" / "roc.png").stat().st_size > 0
 
     code = main(["sprinter", "report", *pair, "--classifier", str(out / "classifier.json"), "--prompts", "2",

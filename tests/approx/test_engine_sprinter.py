@@ -10,6 +10,7 @@ import torch
 
 from draftverify import theory
 from draftverify.approx import FeatureSpec, LinearClassifier, Sprinter
+from draftverify.approx.features import draft_fingerprint
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import ToyModel, tiny_causal_lm
@@ -112,6 +113,13 @@ def test_transformers_pair_caches_stats_and_log(tmp_path):
     while not again.done:
         again.step()
     assert [again.generated(i) for i in range(3)] == [decoder.generated(i) for i in range(3)]
+    # a classifier marked with another draft's fingerprint is refused; with this draft's, it runs
+    classifier.info["draft_fingerprint"] = "0" * 16
+    other = Decoder(target, draft, prompts, DecodeConfig(Sprinter(classifier=classifier), max_new_tokens=2))
+    with pytest.raises(ValueError, match="another draft"):
+        other.step()
+    classifier.info["draft_fingerprint"] = draft_fingerprint(draft)
+    Decoder(target, draft, prompts, DecodeConfig(Sprinter(classifier=classifier), max_new_tokens=2)).step()
 
 
 def test_hidden_state_classifier_needs_a_transformers_draft(pair):

@@ -198,7 +198,7 @@ def train_classifier(
     groups: np.ndarray | None = None,
     heldout: float = 0.2,
     learning_rate: float = 3e-3,
-    batch_size: int = 256,
+    batch_size: int = 512,
     max_epochs: int = 200,
     patience: int = 8,
     seed: int = 0,

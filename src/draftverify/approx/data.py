@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..engine.decoder import sample
 from ..models.base import LanguageModel
 from ..probs import warp
 from .features import FeatureSpec, HiddenStateTap
@@ -50,7 +51,8 @@ class SprinterData:
         return np.concatenate(columns, axis=1)
 
     def save(self, path: str | Path) -> None:
-        np.savez_compressed(path, **{f.name: getattr(self, f.name) for f in fields(self)})
+        with open(path, "wb") as handle:  # a handle: numpy would append ".npz" to a bare name
+            np.savez_compressed(handle, **{f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def load(cls, path: str | Path) -> SprinterData:
@@ -83,7 +85,7 @@ def _continue(draft: LanguageModel, target: LanguageModel, prefix: torch.Tensor,
         if len(probs) == 2:
             from_target = torch.rand(prefix.shape[0], 1, generator=generator, dtype=torch.float64) < target_share
             probs = [torch.where(from_target, probs[1].double(), probs[0].double())]
-        chunk = torch.multinomial(probs[0], 1, generator=generator)  # [B, 1]
+        chunk = sample(probs[0], generator)[:, None]  # [B, 1]
         sequence = torch.cat([sequence, chunk], 1)
     return sequence
 
@@ -98,7 +100,7 @@ def _score(draft: LanguageModel, target: LanguageModel, sequences: torch.Tensor,
     hidden = tap.last[:, -positions:]  # [B, P, H]
     target_probs = warp(target.forward(target.new_cache(inputs.shape[0]), inputs, None, positions), temperature)
     flat_draft = draft_probs.reshape(-1, draft_probs.shape[-1]).double()  # [B P, V]
-    drawn = torch.multinomial(flat_draft, 1, generator=generator)  # [B P, 1]
+    drawn = sample(flat_draft, generator)[:, None]  # [B P, 1]
     draft_at = flat_draft.gather(1, drawn)[:, 0]
     target_at = target_probs.reshape(-1, target_probs.shape[-1]).double().gather(1, drawn)[:, 0]
     with np.errstate(divide="ignore"):

@@ -8,12 +8,13 @@ token was drawn: the log draft probability log D(x | prefix), and the entropy of
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["FeatureSpec", "build_features", "HiddenStateTap"]
+__all__ = ["FeatureSpec", "build_features", "HiddenStateTap", "draft_fingerprint"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +95,10 @@ class HiddenStateTap:
     def __exit__(self, *exc) -> None:
         self._handle.remove()
         self._handle = None
+
+
+def draft_fingerprint(model: Any) -> str:
+    """A short hash of the draft's output layer: a classifier trained on one draft's hidden states
+    means nothing for another, and the engine refuses the pairing (see ``SprinterLog``)."""
+    head = HiddenStateTap(model).head.weight.detach().to(torch.float32).contiguous()
+    return hashlib.sha256(head.numpy().tobytes()).hexdigest()[:16]

@@ -61,9 +61,10 @@ def _curve_points(roc, points: int = 101) -> dict[str, list[float]]:
 
 
 def train_all(data: SprinterData, hidden_size: int, output: Path, settings: TrainSettings,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              draft_fingerprint: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train every (lambda, feature set); save ``lambda_<l>.json`` (shipped features) for each lambda
-    and ``classifier.json`` (the default lambda) under ``output``; return the ROC summary."""
+    and ``classifier.json`` (the default lambda) under ``output``, marked with the draft's
+    fingerprint; return the ROC summary."""
     output = Path(output)
     summary: dict[str, Any] = dict(samples=len(data), kinds={k: int((data.kind == i).sum()) for i, k in enumerate(PREFIX_KINDS)},
                                    settings=asdict(settings), hidden_size=hidden_size, results=[])
@@ -82,6 +83,7 @@ def train_all(data: SprinterData, hidden_size: int, output: Path, settings: Trai
             log(f"lambda {lam:g} {name:>24}: AUC {roc.auc:.3f}, at tau=0.5 FP {fp:.3f} TP {tp:.3f} "
                 f"({classifier.info['epochs_run']} epochs)")
             if name == SHIPPED_FEATURES:
+                classifier.info["draft_fingerprint"] = draft_fingerprint
                 classifier.save(output / f"lambda_{lam:g}.json")
                 if lam == settings.default_lambda:
                     classifier.save(output / "classifier.json")

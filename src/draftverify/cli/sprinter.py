@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--files", type=int, default=120, help="corpus files to draw prefixes from")
     train.add_argument("--default-lambda", type=float, default=1.2, help="lambda of the shipped classifier.json")
     train.add_argument("--figure", default=str(_DOCS / "img" / "sprinter_roc.png"), help="ROC figure (PNG)")
+    train.add_argument("--data", default=None, help="cache of the collected data (.npz): loaded if it exists, else written")
     train.add_argument("--seed", type=int, default=0)
     train.set_defaults(func=_train)
 
@@ -73,8 +74,8 @@ def _command(args: argparse.Namespace, skip: tuple[str, ...] = ("func", "command
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from ..approx.data import collect
-    from ..approx.features import HiddenStateTap
+    from ..approx.data import SprinterData, collect
+    from ..approx.features import HiddenStateTap, draft_fingerprint
     from ..approx.sprinter import DEFAULT_CLASSIFIER
     from ..approx.train import TrainSettings, corpus_documents, plot_roc, train_all
 
@@ -83,11 +84,17 @@ def _train(args: argparse.Namespace) -> int:
     pair = _load(args)
     output = Path(args.output) if args.output else DEFAULT_CLASSIFIER.parent
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    documents = corpus_documents(pair.tokenizer, settings.files, settings.seed)
-    data = collect(pair.target, pair.draft, documents, sequences_per_kind=settings.sequences_per_kind,
-                   prefix_length=settings.prefix_length, positions=settings.positions, seed=settings.seed)
-    print(f"collected {len(data)} drafted tokens from {len(documents)} files")
-    summary = train_all(data, HiddenStateTap(pair.draft).hidden_size, output, settings)
+    if args.data and Path(args.data).exists():
+        data = SprinterData.load(args.data)
+        print(f"loaded {len(data)} drafted tokens from {args.data}")
+    else:
+        documents = corpus_documents(pair.tokenizer, settings.files, settings.seed)
+        data = collect(pair.target, pair.draft, documents, sequences_per_kind=settings.sequences_per_kind,
+                       prefix_length=settings.prefix_length, positions=settings.positions, seed=settings.seed)
+        print(f"collected {len(data)} drafted tokens from {len(documents)} files")
+        if args.data:
+            data.save(args.data)
+    summary = train_all(data, HiddenStateTap(pair.draft).hidden_size, output, settings, draft_fingerprint(pair.draft))
     summary["command"] = _command(args)
     (output / "roc.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot_roc(summary, Path(args.figure))

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import rng
-from ..approx.features import HiddenStateTap
+from ..approx.features import HiddenStateTap, draft_fingerprint
 from ..approx.sprinter import checked_token
 from ..probs import warp
-from .decoder import _pending
+from .decoder import _pending, sample
 from .stats import StepStats
 
 if TYPE_CHECKING:
@@ -55,8 +55,9 @@ def sprinter_step(dec: Decoder) -> list[RowStep]:
     rows = len(dec.active)
     spec = getattr(verifier.classifier, "spec", None)
     tap = HiddenStateTap(dec.draft) if spec is not None and spec.hidden else None
-    for p in dec.active:
-        if dec.states[p] is None:
+    if any(dec.states[p] is None for p in dec.active):  # the decoder's first step
+        _check_draft(verifier.classifier, dec.draft)
+        for p in dec.active:
             dec.states[p] = SprinterLog()
     start = time.perf_counter()
     chunk, valid = _pending(dec.committed, dec.draft_held, dec.active)
@@ -74,7 +75,7 @@ def sprinter_step(dec: Decoder) -> list[RowStep]:
             logits, hidden = dec.draft.forward(dec.draft_cache, chunk, valid, 1)[:, 0], None
         forwards += 1
         probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)  # [R, V]
-        x = torch.multinomial(probs, 1, generator=dec.generator)[:, 0]  # [R]
+        x = sample(probs, dec.generator)  # [R]
         yes = rng.bernoulli(verifier.yes_probability(x, probs, hidden=hidden), dec.generator)  # [R]
         for r in torch.nonzero(running).flatten().tolist():
             log = dec.states[dec.active[r]]
@@ -120,3 +121,11 @@ def sprinter_step(dec: Decoder) -> list[RowStep]:
         dec.draft_held[p] = first_fed[r] + min(len(runs[r]), forwards - 1)  # tokens fed and kept
         dec.target_held[p] = len(dec.committed[p]) + len(runs[r])
     return dec._commit(new_tokens, list(range(rows)), step_stats)
+
+
+def _check_draft(classifier, draft) -> None:
+    """A classifier saved with a draft fingerprint only runs with that draft."""
+    expected = getattr(classifier, "info", {}).get("draft_fingerprint")
+    if expected is not None and expected != draft_fingerprint(draft):
+        raise ValueError("the SPRINTER classifier was trained for another draft model; "
+                         "train one for this pair with `draftverify sprinter train`")

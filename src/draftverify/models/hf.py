@@ -247,4 +247,4 @@ def _gpt2_forward(model: Any, cache: Any, tokens: torch.Tensor, positions: torch
         h = F.gelu(torch.addmm(block.mlp.c_fc.bias, h.reshape(-1, width), block.mlp.c_fc.weight), approximate="tanh")
         x = x + torch.addmm(block.mlp.c_proj.bias, h, block.mlp.c_proj.weight).view(rows, size, width)
     x = F.layer_norm(x[:, -num_logits:], (width,), body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
-    return x @ model.lm_head.weight.T  # [B, num_logits, V]
+    return model.lm_head(x)  # [B, num_logits, V]; through the module so forward hooks see x (SPRINTER's features)
