@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.measure import humaneval_prompts
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     if args.threads:
         torch.set_num_threads(args.threads)
     target, drafts, tokenizer = _models(args)
