@@ -42,15 +42,17 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
     assert all(0 <= r["auc"] <= 1 for r in roc["results"])
     classifier = LinearClassifier.load(out / "classifier.json")
     assert classifier.ratio_threshold == 1.2 and classifier.hidden_size == 16
+    assert sorted(classifier.info["yes_share_thresholds"]) == ["0.1", "0.3", "0.5", "0.7", "0.9"]
     assert classifier.info["draft_fingerprint"] == draft_fingerprint(TransformersModel.from_pretrained(tiny_pair / "draft"))
     assert (out / "lambda_1.5.json").exists() and (tmp_path / "img" / "roc.png").stat().st_size > 0
 
     code = main(["sprinter", "report", *pair, "--classifier", str(out / "classifier.json"), "--prompts", "2",
-                 "--max-new-tokens", "5", "--thresholds", "0", "0.5", "1", "--results-dir", str(tmp_path / "results"),
+                 "--max-new-tokens", "5", "--results-dir", str(tmp_path / "results"),
                  "--img-dir", str(tmp_path / "img")])
     assert code == 0
     result = json.loads((tmp_path / "results" / "sprinter.json").read_text())
     rows = {r["method"]: r for r in result["rows"]}
+    assert len(result["settings"]["thresholds"]) == 7  # 0, five yes-share thresholds, 1
     assert rows["sd"]["speedup_vs_sd"] == pytest.approx(1.0)
     assert all(0 <= r["rouge_l_vs_canonical"] <= 1 for r in result["rows"])
     assert rows["sprinter tau=1"]["audit_yes_share"] == 0.0 and rows["sprinter tau=1"]["audit_tv_theory"] == 0.0

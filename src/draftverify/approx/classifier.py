@@ -255,4 +255,6 @@ def train_classifier(
         scores = classifier.score(torch.from_numpy(x[test])).numpy()
     roc = roc_curve(scores, y[test])
     info["heldout_auc"] = roc.auc
+    # thresholds at which the classifier says "yes" to a given share of held-out tokens
+    info["yes_share_thresholds"] = {f"{share:g}": float(np.quantile(scores, 1 - share)) for share in (0.9, 0.7, 0.5, 0.3, 0.1)}
     return classifier, roc

@@ -22,7 +22,7 @@ import numpy as np
 from .audit import audit_positions, summarise
 from .sprinter import Sprinter
 
-__all__ = ["ReportSettings", "run_report", "CodeTokenizer"]
+__all__ = ["ReportSettings", "run_report", "default_thresholds", "CodeTokenizer"]
 
 
 class CodeTokenizer:
@@ -39,7 +39,7 @@ class CodeTokenizer:
 class ReportSettings:
     prompts: int = 20
     max_new_tokens: int = 48
-    thresholds: tuple[float, ...] = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 0.95)
+    thresholds: tuple[float, ...] | None = None  # None: 0, 1 and the classifier's yes-share thresholds
     draft_length: int = 4  # sd's L
     sprinter_cap: int = 8  # the longest SPRINTER run (its L)
     temperature: float = 1.0
@@ -48,8 +48,17 @@ class ReportSettings:
     def __post_init__(self) -> None:
         if self.prompts < 1 or self.max_new_tokens < 2 or self.draft_length < 1 or self.sprinter_cap < 1:
             raise ValueError("prompts >= 1, max_new_tokens >= 2, draft_length >= 1 and sprinter_cap >= 1 needed")
-        if not self.thresholds or any(not 0 <= t <= 1 for t in self.thresholds):
+        if self.thresholds is not None and (not self.thresholds or any(not 0 <= t <= 1 for t in self.thresholds)):
             raise ValueError(f"thresholds must lie in [0, 1], got {self.thresholds}")
+
+
+def default_thresholds(classifier: Any) -> tuple[float, ...]:
+    """0 (always yes), the thresholds at which the classifier said yes to 90 %, 70 %, ..., 10 % of
+    its held-out tokens (saved at training), and 1 (never yes: exact, every token checked)."""
+    shares = getattr(classifier, "info", {}).get("yes_share_thresholds")
+    if not shares:
+        return (0.0, 0.25, 0.5, 0.75, 1.0)
+    return (0.0, *sorted({round(v, 4) for v in shares.values()}), 1.0)
 
 
 def _decode(pair, prompt_ids, method, length, settings: ReportSettings, seed: int):
@@ -77,8 +86,9 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=CodeTokenizer())
     methods: list[tuple[str, Any, int | None, int]] = [("ar", "ar", None, settings.seed), ("sd", "sd", settings.draft_length, settings.seed),
                                                        ("sd (seed + 1)", "sd", settings.draft_length, settings.seed + 1)]
-    verifiers = {t: Sprinter(threshold=t, classifier=classifier) for t in settings.thresholds}
-    methods += [(f"sprinter tau={t:g}", verifiers[t], settings.sprinter_cap, settings.seed) for t in settings.thresholds]
+    thresholds = settings.thresholds or default_thresholds(Sprinter(classifier=classifier).classifier)
+    verifiers = {t: Sprinter(threshold=t, classifier=classifier) for t in thresholds}
+    methods += [(f"sprinter tau={t:g}", verifiers[t], settings.sprinter_cap, settings.seed) for t in thresholds]
     records: dict[str, dict[str, Any]] = {name: dict(tokens=0, seconds=0.0, target_calls=0, texts=[], audits=[]) for name, *_ in methods}
     first = pair.tokenizer.encode(prompts[0])
     for _, method, length, seed in methods:  # warm-up: one-time allocations are not timed
@@ -115,5 +125,5 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
             row["threshold"] = method.threshold
             row.update({f"audit_{k}": v for k, v in asdict(summarise(record["audits"], ratio_threshold)).items()})
         rows.append(row)
-    examples = {name: records[name]["texts"][0] for name in ("sd", f"sprinter tau={settings.thresholds[len(settings.thresholds) // 2]:g}")}
-    return dict(settings=asdict(settings), ratio_threshold=ratio_threshold, rows=rows, prompt_example=prompts[0], examples=examples)
+    examples = {name: records[name]["texts"][0] for name in ("sd", f"sprinter tau={thresholds[len(thresholds) // 2]:g}")}
+    return dict(settings=dict(asdict(settings), thresholds=list(thresholds)), ratio_threshold=ratio_threshold, rows=rows, prompt_example=prompts[0], examples=examples)
