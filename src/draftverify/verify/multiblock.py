@@ -327,9 +327,12 @@ class MultiDraftBlockVerification(Verifier):
     """``multidraft-bv``: exact block verification over K i.i.d. drafts (ours), stateless.
 
     1. Effective draft: walk down the tree of the K drafts; at each level select one token among
-       the m drafts that share the path so far (:func:`sequential_selection`); the drafts that
-       drafted it stay. The selected path e^L is one of the drafts, and its level-i token has the
-       known law mu_m(. | e^i), a function of T(. | e^i), D(. | e^i) and the count m.
+       the m drafts that share the path so far; the drafts that drafted it stay. The selected path
+       e^L is one of the drafts, and its level-i token has the known law mu_m(. | e^i), a function
+       of T(. | e^i), D(. | e^i) and the count m. Option ``selection``: ``"sequential"`` (default;
+       :func:`sequential_selection`, closed form, any vocabulary, per-level overlap >= K-SEQ's) or
+       ``"ot"`` (:func:`transport_selection` with the plan of ``draftverify.ot`` by ``solver``;
+       overlap alpha* with an exact solver; enumerates |supp D|^m tuples, small vocabularies).
     2. Verify e^L with ``bv`` (Sun et al., ICLR 2025, arXiv 2403.10444, Algorithm 2) whose draft
        conditionals are mu instead of D.
 
@@ -343,9 +346,10 @@ class MultiDraftBlockVerification(Verifier):
     residual, which are then exactly BV with draft rows mu. Dropping s keeps the token marginal T,
     and each call, continued by the target, is T-distributed: exact in the ordinary loop.
 
-    K = 1: mu = D and no selection is drawn, so the call is ``bv`` itself (same law, same draws). At L = 1 it accepts
-    sum_x min(T, mu_K) >= K-SEQ's acceptance (and <= alpha*); at L >= 2 BV's running ratio adds what
-    per-position verifiers lose (docs/spectr-gbv.md has the exact numbers against kseq and ot).
+    K = 1: mu = D and no selection is drawn, so the call is ``bv`` itself (same law, same draws).
+    At L = 1 it accepts sum_x min(T, mu_K): >= K-SEQ's acceptance, and alpha* with ``"ot"``; at
+    L >= 2 BV's running ratio can add to that. docs/spectr-gbv.md has the exact numbers against
+    kseq and ot, including where the default selection falls short of ot.
     """
 
     name = "multidraft-bv"
