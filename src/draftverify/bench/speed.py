@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--multi", type=int, default=4,
                         help="K of the extra multi-draft rows (kseq), 0 to skip them (default 4)")
     parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run without the pair)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: stable timings on a shared machine; 0 = torch's choice)")
     parser.add_argument("--json", default=None, help="also write the JSON to this file")
 
 
