@@ -189,9 +189,7 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
     best = max(ours, key=lambda r: r["tokens_per_second"])
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
     return dict(
-        command="draftverify bench speed " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-            if k in ("prompts", "max_new_tokens", "temperature", "draft_length", "seed", "multi") and v is not None),
+        command=_command(args),
         settings=dict(prompts=args.prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       draft_length=args.draft_length, multi=args.multi, tiny=args.tiny,
                       threads=torch.get_num_threads()),
@@ -200,3 +198,13 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
                    sd_vs_assisted=speed["sd"] / speed[ASSISTED]),
     )
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (every option given or defaulted)."""
+    parts = ["draftverify", "bench", "speed"]
+    for key, value in vars(args).items():
+        if key in ("func", "command", "bench", "json") or value is None or value is False:
+            continue
+        parts.append(f"--{key.replace('_', '-')}" + ("" if value is True else f" {value}"))
+    return " ".join(parts)
