@@ -111,11 +111,13 @@ class SpecTrGBV(Verifier):
     ``gbv``: eq. 2 with a zero denominator counts as h = 1, h outside [0, 1] acts as the test
     eta < h does, and a modification that outlives the next call is stacked.
 
-    What is wrong (docs/spectr-gbv.md, tests/verify/test_multiblock_spectr.py): Lemma A.1 treats
-    "X^L has x^i" for different drafts as if one coin decided it, but the drafts are tried in turn and
-    H removes repeats, so Theorem 4.2 fails: with V = 2, K = 2, L = 1, D = (1/2, 1/2), T = (0.9,
-    0.1) the first token is a with probability 151/162, and E[tau] = 307/405 against the 0.822 of
-    Theorem 5.3. The claimed optimum (Lemma 5.1) is optimal only among "conditionally independent
+    What is wrong (docs/spectr-gbv.md, tests/verify/test_multiblock_spectr.py): Lemma A.1 sets
+    P(X^L has x^i, accepted) = P(X^L has x^i) h_i as if every drafted sub-block got its test, but
+    Algorithm 1 stops at the first accepted whole draft and never revisits positions <= tau, so
+    blocks of later drafts are tested less often than counted, and eq. 4's residual, built on that
+    count, does not give the mass back. Theorem 4.2 fails: with V = 2, K = 2, L = 1, D = (1/2, 1/2),
+    T = (0.9, 0.1) the first token is a with probability 151/162, and E[tau] = 307/405 against the
+    0.822 of Theorem 5.3. The claimed optimum (Lemma 5.1) is optimal only among "conditionally independent
     couplings": at L = 1 it lies below alpha* (Hu et al. 2025) and can lie below K-SEQ. At K = 1 it
     is ``gbv`` with its modification, and exact.
     """
@@ -184,8 +186,11 @@ def _next_state(x, draft, target, below, modifications, tau, last) -> SpecTrGBVS
             return 0.0
         return d / t if t > 0 else float("inf")
 
+    def times(a: float, b: float) -> float:  # a zero draft joint wins over an infinite ratio
+        return 0.0 if a == 0 or b == 0 else a * b
+
     carried = [
-        SpecTrGBVModification(mod.remaining - committed, mod.draft_over_target * draft_over(rows))
+        SpecTrGBVModification(mod.remaining - committed, times(mod.draft_over_target, draft_over(rows)))
         for mod, rows in zip(modifications, below)
         if mod.remaining > committed
     ]
