@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/draftverify demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
