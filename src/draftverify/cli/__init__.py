@@ -9,7 +9,7 @@ import importlib
 import sys
 
 # subcommand modules, in the order `draftverify --help` lists them (add yours here)
-_COMMANDS = ["check", "list_verifiers", "generate", "bench", "train_pair", "theory", "sprinter"]
+_COMMANDS = ["demo", "check", "list_verifiers", "generate", "bench", "train_pair", "theory", "sprinter"]
 
 
 def build_parser() -> argparse.ArgumentParser:

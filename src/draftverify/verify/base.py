@@ -118,13 +118,8 @@ def register(cls: type[Verifier]) -> type[Verifier]:
 
 def _ensure_loaded() -> None:
     # importing the families registers them
-    from . import block, multiblock, token  # noqa: F401
+    from . import block, multiblock, multidraft, token  # noqa: F401
     from ..approx import sprinter  # noqa: F401  (the approximate ``sprinter``)
-
-    try:
-        from . import multidraft  # noqa: F401
-    except ImportError:  # the multi-draft family is optional until it lands
-        pass
 
 
 def get_verifier(name: str, **options: Any) -> Verifier:
