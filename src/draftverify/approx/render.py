@@ -41,7 +41,7 @@ def plot_speed_deviation(result: dict[str, Any], path: Path) -> None:
     ax.axhline(1.0, color="k", lw=0.5, ls=":")
     ax.set_xlabel("per-token TV(target, output law), mean over decided positions")
     ax.set_ylabel("tokens/s relative to sd (same run)")
-    ax.set_title("SPRINTER on the embedded pair: speed against deviation")
+    ax.set_title("SPRINTER: speed against deviation")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,16 +105,19 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
         ("audit_kept_share", "drafted kept (measured)", ".3f"), ("audit_acceptance_theory", "kept (Thm A.4, general)", ".3f"),
     ])
     parts = [
-        "# SPRINTER on the embedded pair: what it costs, measured",
+        "# SPRINTER: what it costs, measured",
         "",
         f"Command: `{command}`",
         "",
+        f"Pair: {result.get('pair', 'the embedded pair')}. Classifier: {result.get('classifier', 'the shipped one')}.",
+        "",
+        *([result["note"], ""] if result.get("note") else []),
         "SPRINTER (seed 003) drafts while a one-layer classifier on the draft's features says the drafted token is "
         "acceptable, and calls the target only on a token it rejects (speculative-sampling step there). It is not "
         "exact. Everything below was measured in one run on the shared 2-core CPU, methods interleaved prompt by "
         f"prompt: {s['prompts']} HumanEval prompts, {s['max_new_tokens']} new tokens each (EOS ignored), temperature "
         f"{s['temperature']:g}, sd with L = {s['draft_length']}, sprinter runs capped at {s['sprinter_cap']} tokens, "
-        f"shipped classifier (lambda = {result['ratio_threshold']:g}, features: hidden state + log D(x) + entropy).",
+        f"classifier trained with lambda = {result['ratio_threshold']:g} on the draft's hidden state + log D(x) + entropy.",
         "",
     ]
     if roc is not None:

@@ -113,6 +113,9 @@ def _report(args: argparse.Namespace) -> int:
                               draft_length=args.draft_length, sprinter_cap=args.sprinter_cap, seed=args.seed)
     pair = _load(args)
     result = run_report(pair, settings, classifier=args.classifier)
+    embedded = args.target is None and args.draft is None
+    result["pair"] = "the embedded pair" if embedded else f"target {args.target or 'embedded'}, draft {args.draft or 'embedded'}"
+    result["classifier"] = args.classifier or "the one shipped with the embedded pair"
     roc_path = (Path(args.classifier).parent if args.classifier else DEFAULT_CLASSIFIER.parent) / "roc.json"
     roc = json.loads(roc_path.read_text()) if roc_path.exists() else None
     path = write_report(result, roc, _command(args), Path(args.results_dir), Path(args.img_dir))
