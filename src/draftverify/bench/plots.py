@@ -33,6 +33,7 @@ def _lines(rows: list[dict[str, Any]], x: str) -> dict[str, list[dict[str, Any]]
     for r in spec:
         if all(r[d] == v for d, v in held.items()):
             name = r["label"].split(" ")[0] + ("" if x == "num_drafts" else f" K={r['num_drafts']}")
+            name += "" if r.get("exact", True) else " (inexact)"
             lines[name].append(r)
     return {k: sorted(v, key=lambda r: r[x]) for k, v in lines.items() if len({r[x] for r in v}) >= 2}
 
