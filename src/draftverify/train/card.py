@@ -83,6 +83,15 @@ def render(metrics: dict) -> str:
         "",
         f"The first {metrics['heldout_tokens_scored']:,} tokens of the held-out stream. "
         "Transformers: consecutive windows; n-gram: each held-out file scored from its own start.",
+    ]
+    if loss["target"] > loss["ngram"]:
+        lines += [
+            "",
+            f"**The target is undertrained**: it saw {train['tokens']:,} tokens and its held-out "
+            "loss is above the n-gram drafter's. The training budget is wall clock on a shared "
+            "machine; a longer `--minutes` on an idle machine gives a better target.",
+        ]
+    lines += [
         "",
         "## Speculative decoding acceptance rate (temperature 1, one draft)",
         f"Mean over positions of `sum_x min(target(x), draft(x))` along {config['measure_tokens']}-"
