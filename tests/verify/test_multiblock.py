@@ -164,3 +164,17 @@ def test_bad_options_are_value_errors():
     wide = torch.full((200,), 1 / 200, dtype=torch.float64)
     with pytest.raises(ValueError, match="sequential"):
         transport_selection(wide, wide, 3)
+
+
+def test_float32_inputs_are_accepted():
+    # regression: float32 rows (sums within 1e-4) were re-validated as float64 (1e-6) inside bv
+    gen = torch.Generator().manual_seed(0)
+    vocab, length = 50, 3
+    draft = torch.softmax(torch.randn(2, length, vocab, generator=gen) * 3, -1)
+    target = torch.softmax(torch.randn(2, length + 1, vocab, generator=gen) * 3, -1)
+    draft[1, 0], target[1, 0] = draft[0, 0], target[0, 0]  # i.i.d. drafts share the first row
+    tokens = torch.stack([torch.multinomial(draft[k], 1, generator=gen).squeeze(-1) for k in range(2)])
+    draft = draft + 3e-6 / vocab  # rows now sum to 1 + 3e-6: fine in float32, not in float64
+    target = target + 3e-6 / vocab
+    result = get_verifier("multidraft-bv").verify(tokens, draft, target, generator=gen)
+    assert len(result.tokens) == result.num_accepted + 1
