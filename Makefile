@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test install clean
+.PHONY: demo test install train-pair clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+
+# retrain the embedded pair (about an hour on 2 idle cores); writes src/draftverify/assets/pair
+train-pair: $(STAMP)
+	$(VENV)/bin/draftverify train-pair --seed 0 --minutes 60
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -51,7 +51,12 @@ def exactness_table(samples: int, draft_length: int, seed: int = 0) -> list[dict
 
 def run(args: argparse.Namespace) -> int:
     if not args.skip_models:
+        from transformers.utils import logging as hf_logging
+
         from ..engine import compare
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
 
         print("== the embedded pair on HumanEval/0 (temperature 1) ==")
         compare(max_new_tokens=args.max_new_tokens)
