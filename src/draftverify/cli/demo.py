@@ -17,9 +17,9 @@ from ..verify import get_verifier, verifiers
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("demo", help="compare methods on the embedded pair, then check every verifier's exactness")
-    parser.add_argument("--samples", type=int, default=1000, help="decoded sequences per verifier in the exactness table")
+    parser.add_argument("--samples", type=int, default=600, help="decoded sequences per verifier in the exactness table")
     parser.add_argument("--draft-length", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--skip-models", action="store_true", help="only the exactness table")
     parser.set_defaults(func=run)
 
