@@ -26,3 +26,19 @@ def test_synthetic_pairs_are_distributions_and_top_k_keeps_k():
     target, draft = synthetic_pair(np.random.default_rng(0), vocab_size=300)
     assert abs(target.sum() - 1) < 1e-12 and abs(draft.sum() - 1) < 1e-12
     assert np.count_nonzero(top_k(draft, 7)) == 7 and abs(top_k(draft, 7).sum() - 1) < 1e-12
+
+
+def test_pair_source_yields_distribution_pairs_of_the_embedded_vocabulary():
+    from types import SimpleNamespace
+
+    from draftverify.bench.ot import distributions
+
+    pairs, meta = distributions(SimpleNamespace(source="pair", tokens=4, prompts=2, seed=0))
+    assert meta["source"] == "pair" and meta["tokens"] == len(pairs) == 4 and meta["prompts"] == 2
+    vocab = meta["vocab_size"]
+    for target, draft in pairs:
+        assert target.shape == draft.shape == (vocab,) and target.dtype == draft.dtype == np.float64
+        assert (target >= 0).all() and (draft >= 0).all()
+        assert abs(target.sum() - 1) < 1e-12 and abs(draft.sum() - 1) < 1e-12
+        assert 0 < np.minimum(target, draft).sum() <= 1 + 1e-12
+        assert np.count_nonzero(top_k(draft, 10)) == 10

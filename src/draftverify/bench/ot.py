@@ -5,8 +5,9 @@ drafted tuple, as seed 001 section 7.2 times it), success rate without fallback,
 against alpha*, and the plan's L1 deviation from the target (mean and max, computed outside the
 timing). Paper numbers (seed 001 Table 1, Llama-3 column) are printed beside ours.
 
-Distributions (a): synthetic pairs shaped like LM pairs (:func:`synthetic_pair`). (b) real pairs
-from the embedded model pair are not wired in yet.
+Distributions (``--source``): ``synthetic`` (a), pairs shaped like LM pairs (:func:`synthetic_pair`);
+``pair`` (b), next-token distributions of the embedded target and draft at positions of
+target-sampled continuations of HumanEval prompts (:func:`model_pairs`). Both feed the same grid.
 """
 
 from __future__ import annotations
@@ -51,6 +52,43 @@ def synthetic_pair(rng: np.random.Generator, vocab_size: int = 32000, noise: flo
     return target / target.sum(), draft / draft.sum()
 
 
+def model_pairs(num_positions: int, prompts: int = 4, seed: int = 0, pair=None) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+    """``num_positions`` (target, draft) pairs of real next-token distributions, float64, temperature 1.
+
+    For the first ``prompts`` HumanEval prompts in file order, sample a continuation of
+    ceil(num_positions / prompts) tokens from the target (temperature 1, KV cache, seeded; it stops
+    early at eos, so later prompts in file order top up), and take at every position the target's
+    distribution it was drawn from and the draft's teacher-forced distribution over the same
+    prefix (``draftverify.train.measure``). ``pair``: a ``ModelPair`` with a transformers draft
+    (default: ``load_pair()``, the embedded pair). Returns the pairs and a description.
+    """
+    import torch
+
+    from ..models import load_pair
+    from ..train.measure import humaneval_prompts, sample_continuation, teacher_forced_probs
+
+    pair = load_pair() if pair is None else pair
+    target, draft, tokenizer = pair.target.model, pair.draft.model, pair.tokenizer
+    per_prompt = -(-num_positions // prompts)
+    config = pair.target.config
+    context = int(getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", 512))
+    generator = torch.Generator().manual_seed(seed)
+    out, used = [], 0
+    for prompt in humaneval_prompts():
+        if len(out) >= num_positions:
+            break
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-(context - per_prompt):]
+        tokens, target_probs = sample_continuation(target, ids, per_prompt, tokenizer.eos_token_id, generator)
+        draft_probs = teacher_forced_probs(draft, ids, tokens)
+        for t, d in zip(target_probs.numpy(), draft_probs.numpy()):
+            out.append((t / t.sum(), d / d.sum()))
+        used += 1
+    out = out[:num_positions]
+    info = {"generator": "draftverify.bench.ot.model_pairs", "pair": f"embedded target + {pair.draft_name}",
+            "vocab_size": int(out[0][0].size), "prompts": used, "positions_per_prompt": per_prompt}
+    return out, info
+
+
 def top_k(probs: np.ndarray, k: int) -> np.ndarray:
     """Keep the k most probable tokens and renormalise (top-k drafting, seed 001 appendix N)."""
     keep = np.argpartition(-probs, k - 1)[:k]
@@ -68,8 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell-seconds", type=float, default=20.0, help="stop a cell after this much solve time")
     parser.add_argument("--max-arcs", type=int, nargs=3, default=[300_000, 4_000_000, 4_000_000],
                         metavar=("LP", "MAXFLOW", "MAXFLOW_CS"), help="network size limits (cells above are skipped)")
-    parser.add_argument("--vocab-size", type=int, default=32000)
-    parser.add_argument("--noise", type=float, default=0.65)
+    parser.add_argument("--source", choices=["synthetic", "pair"], default="synthetic",
+                        help="synthetic LM-like pairs, or the embedded model pair on HumanEval continuations")
+    parser.add_argument("--prompts", type=int, default=4, help="--source pair: HumanEval prompts the positions come from")
+    parser.add_argument("--vocab-size", type=int, default=32000, help="--source synthetic only")
+    parser.add_argument("--noise", type=float, default=0.65, help="--source synthetic only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the JSON results here (default: stdout)")
     parser.add_argument("--markdown", help="write the Markdown table here")
@@ -144,14 +185,28 @@ def markdown(results: list[dict], meta: dict) -> str:
             f"| {r['acceptance']:.4f} / {r['alpha_star']:.4f} | {r['target_l1_mean']:.1e} / {r['target_l1_max']:.1e} | {paper} | {ratio} |"
         )
     lines.append("")
-    lines.append(f"Single-draft acceptance of the synthetic pairs (full draft): {meta['single_draft_acceptance']:.3f}. {meta['note']}")
+    what = "synthetic pairs" if meta.get("source", "synthetic") == "synthetic" else "model pairs"
+    lines.append(f"Single-draft acceptance of the {what} (full draft): {meta['single_draft_acceptance']:.3f}. {meta['note']}")
+    if meta.get("command"):
+        threads = meta.get("openblas_num_threads")
+        lines.append(f"Command: `{'OPENBLAS_NUM_THREADS=' + threads + ' ' if threads else ''}{meta['command']}`.")
     lines.append(f"Load average when the run ended: {', '.join(f'{x:.1f}' for x in meta['load_average_at_end'])} on {meta['cpu_count']} CPUs.")
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
+def distributions(args: argparse.Namespace) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+    """The (target, draft) pairs the grid runs on, from ``args.source``, and their description."""
+    if args.source == "pair":
+        pairs, info = model_pairs(args.tokens, args.prompts, args.seed)
+        return pairs, {"source": "pair", **info, "tokens": len(pairs), "seed": args.seed}
     rng = np.random.default_rng(args.seed)
-    full = [synthetic_pair(rng, args.vocab_size, args.noise) for _ in range(args.tokens)]
+    pairs = [synthetic_pair(rng, args.vocab_size, args.noise) for _ in range(args.tokens)]
+    return pairs, {"source": "synthetic", "generator": "draftverify.bench.ot.synthetic_pair",
+                   "vocab_size": args.vocab_size, "noise": args.noise, "tokens": args.tokens, "seed": args.seed}
+
+
+def run(args: argparse.Namespace) -> int:
+    full, source = distributions(args)
     results = []
     for k in args.top_k:
         pairs = [(target, top_k(draft, k)) for target, draft in full]
@@ -162,8 +217,9 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(cell), file=sys.stderr, flush=True)
     meta = {
         "load_average_at_end": list(os.getloadavg()), "cpu_count": os.cpu_count(),
-        "generator": "draftverify.bench.ot.synthetic_pair",
-        "vocab_size": args.vocab_size, "noise": args.noise, "tokens": args.tokens, "seed": args.seed,
+        **source,
+        "command": " ".join(["draftverify", *sys.argv[1:]]) if os.path.basename(sys.argv[0]) == "draftverify" else None,
+        "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "single_draft_acceptance": float(np.mean([np.minimum(t, d).sum() for t, d in full])),
         "note": "ms per token = ot.solve + conditional(one drafted tuple); CPU = process CPU time (what a dedicated core would "
         "take: the wall clock of this shared machine includes waiting for a core); paper = seed 001 Table 1 (Llama-3, 32-core Xeon, wall).",
