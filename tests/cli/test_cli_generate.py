@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from draftverify.cli import main
-from draftverify.cli.generate import parse_options
+from draftverify.cli._options import parse_options
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 
 

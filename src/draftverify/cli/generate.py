@@ -6,7 +6,9 @@ import argparse
 import sys
 import time
 
-__all__ = ["add_parser", "run", "parse_options"]
+from ._options import parse_options
+
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,24 +29,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--draft", default=None, help="draft model folder, hub id, or 'ngram' (default: embedded)")
     parser.add_argument("--compare-ar", action="store_true", help="also time plain target sampling and report the speedup")
     parser.set_defaults(func=run)
-
-
-def parse_options(items: list[str]) -> dict[str, object]:
-    """``["lam=0.5", "mode=x"]`` -> ``{"lam": 0.5, "mode": "x"}`` (ints and floats parsed)."""
-    options: dict[str, object] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"--option expects NAME=VALUE, got {item!r}")
-        value: object = text
-        for convert in (int, float):
-            try:
-                value = convert(text)
-                break
-            except ValueError:
-                continue
-        options[name] = value
-    return options
 
 
 def run(args: argparse.Namespace) -> int:
