@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BranchingSource", "bernoulli", "categorical"]
+__all__ = ["BranchingSource", "Coins", "bernoulli", "categorical"]
 
 
 class BranchingSource:
@@ -34,6 +34,24 @@ def bernoulli(probs: torch.Tensor, generator: torch.Generator | BranchingSource 
         return generator.bernoulli(probs)
     u = torch.rand(probs.shape, generator=generator, dtype=torch.float64)  # [n] in [0, 1)
     return u < probs.to(torch.float64)
+
+
+class Coins:
+    """``count`` independent coins tossed one at a time, each with its own success probability.
+
+    With a torch generator the uniforms are drawn in one call up front and each toss is a Python
+    comparison (no tensor op per toss); with a :class:`BranchingSource` each toss is a branch.
+    """
+
+    def __init__(self, count: int, generator: torch.Generator | BranchingSource | None):
+        self._source = generator if isinstance(generator, BranchingSource) else None
+        self._uniforms = None if self._source else torch.rand(count, generator=generator, dtype=torch.float64).tolist()
+
+    def toss(self, index: int, prob: float) -> bool:
+        """Coin ``index``: True with probability ``prob``."""
+        if self._source is not None:
+            return bool(self._source.bernoulli(torch.tensor([prob], dtype=torch.float64))[0])
+        return self._uniforms[index] < prob
 
 
 def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> int:

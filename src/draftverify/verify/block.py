@@ -19,6 +19,10 @@ from .base import Verifier, VerifyResult, register
 __all__ = ["BlockVerification", "GreedyBlockVerification", "GBVState", "TargetModification", "last_success"]
 
 
+# below this many entries in an [L, V] block, bv computes all its rows at once (they fit in cache)
+_EAGER_ELEMENTS = 1 << 16
+
+
 def last_success(success_prob: Callable[[int], float], length: int, generator) -> int:
     """tau = max{i in 1..L : eta_i <= h_i}, 0 if none, with independent coins per position.
 
@@ -26,8 +30,9 @@ def last_success(success_prob: Callable[[int], float], length: int, generator) -
     the vocabulary) is computed only for the positions from L down to tau: when the draft is mostly
     accepted almost no row is read. The law is that of tossing all L coins.
     """
+    coins = rng.Coins(length, generator)
     for i in range(length, 0, -1):
-        if bool(rng.bernoulli(torch.tensor([success_prob(i)], dtype=torch.float64), generator)[0]):
+        if coins.toss(i - 1, success_prob(i)):
             return i
     return 0
 
@@ -71,8 +76,15 @@ class BlockVerification(Verifier):
             draft.gather(-1, at).squeeze(-1)
         )  # [L]
         walk = torch.cat([log_ratio.new_zeros(1), torch.cumsum(log_ratio, 0)])  # [L+1]  S_0..S_L
-        p = torch.exp(walk - torch.cummax(walk, 0).values).tolist()  # p_0..p_L
+        p_tensor = torch.exp(walk - torch.cummax(walk, 0).values)  # [L+1]  p_0..p_L
+        p = p_tensor.tolist()
         rows: dict[int, torch.Tensor] = {}
+        excess: dict[int, float] = {}
+        if 1 < length and length * target.shape[-1] <= _EAGER_ELEMENTS:
+            # small blocks: every row in one vectorised pass is cheaper than a few tensor ops per row
+            block = torch.clamp(p_tensor[1:length, None] * target[1:length] - draft[1:length], min=0)  # [L-1, V]
+            rows.update(enumerate(block, start=1))
+            excess.update(enumerate(block.sum(-1).tolist(), start=1))
 
         def residual(i: int) -> torch.Tensor:  # (p_i T(. | x^i) - D(. | x^i))_+   [V]
             if i not in rows:
@@ -82,8 +94,10 @@ class BlockVerification(Verifier):
         def success_prob(i: int) -> float:
             if i == length:
                 return p[length]
-            excess = float(residual(i).sum())
-            return excess / (excess + 1 - p[i]) if excess + 1 - p[i] > 0 else 1.0
+            if i not in excess:
+                excess[i] = float(residual(i).sum())
+            z = excess[i]
+            return z / (z + 1 - p[i]) if z + 1 - p[i] > 0 else 1.0
 
         tau = last_success(success_prob, length, generator)
         last = _final_token(tau, length, target[length], residual, target[min(tau, length)], generator)
