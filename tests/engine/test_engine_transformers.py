@@ -78,7 +78,9 @@ def test_stats_add_up(models):
     assert len(result.tokens) == 30 == sum(s.committed for s in result.steps)
     assert result.target_calls == len(result.steps) and result.draft_calls == 4 * len(result.steps)
     assert all(s.drafted == 4 and s.verified == 5 and 0 <= s.accepted <= 4 for s in result.steps)
-    assert result.acceptance_rate == pytest.approx(sum(result.position_acceptance) / 4)
+    # pooled over verified tokens: each step that kept fewer than L = 4 tokens made one rejected test
+    rejections = sum(s.accepted < 4 for s in result.steps)
+    assert result.acceptance_rate == pytest.approx(result.accepted / (result.accepted + rejections))
     assert result.tokens_per_target_call == pytest.approx(30 / len(result.steps))
 
 

@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
             r = run_spec(spec, target, drafts, prompt_ids, seed=args.seed + i, **ours).result
             _add(totals, spec, tokens=len(r.tokens), seconds=r.seconds, target_calls=r.target_calls,
                  target_seconds=r.target_seconds, draft_calls=r.draft_calls, draft_seconds=r.draft_seconds,
-                 accepted=r.accepted, steps=len(r.steps))
+                 accepted=r.accepted, steps=len(r.steps),
+                 rejections=sum(s.accepted < args.draft_length for s in r.steps))
         _add(totals, ASSISTED, **assisted(target, drafts["draft"], prompt_ids, seed=args.seed + i, **settings))
     report = _report(totals, args, target)
     text = json.dumps(report, indent=2)
@@ -176,9 +177,11 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
         speed = t["tokens"] / t["seconds"]
         per_call = t["tokens"] / t["target_calls"]
         if name == ASSISTED:
-            acceptance = (per_call - 1) / args.draft_length
+            acceptance = (per_call - 1) / args.draft_length  # transformers reports no rejections: per drafted token
         else:
-            acceptance = t["accepted"] / (t["steps"] * args.draft_length) if t.get("draft_calls") else None
+            # pooled over verified tokens (seed 002): one rejected test per step that kept < L tokens
+            tested = t["accepted"] + t.get("rejections", 0)
+            acceptance = t["accepted"] / tested if t.get("draft_calls") and tested else None
         rows.append(dict(
             method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3), tokens_per_second=speed,
             vs_ar=speed / ar_speed, acceptance=acceptance, tokens_per_target_call=per_call,

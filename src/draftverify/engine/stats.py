@@ -58,10 +58,14 @@ class GenerationResult:
 
     @property
     def acceptance_rate(self) -> float | None:
-        """Accepted draft tokens per draft position offered: accepted / (steps * L); None for ar."""
+        """Acceptance pooled over verified tokens (seed 002): accepted / (accepted + rejections),
+        a step that kept fewer than L draft tokens having made exactly one rejected test; draft
+        tokens after a rejection were never tested and are not counted. None for ar."""
         if not self.draft_length or not self.steps:
             return None
-        return self.accepted / (len(self.steps) * self.draft_length)
+        rejections = sum(s.accepted < self.draft_length for s in self.steps)
+        tested = self.accepted + rejections
+        return self.accepted / tested if tested else None
 
     @property
     def position_acceptance(self) -> list[float]:
