@@ -49,7 +49,8 @@ def test_resume_from_checkpoint_and_refuse_other_configs(tmp_path):
 
     tokens = (np.arange(3000) * 7 % 50).astype(np.uint16)
     config = TrainConfig(target_shape=ModelShape(1, 16, 2), draft_shape=ModelShape(1, 8, 1),
-                         steps=2, batch_size=2, context=16, warmup=1, checkpoint_every=1,
+                         drafts=("draft_kd", "draft_ce"), short_context=8, steps=2,
+                         batch_size=2, context=16, warmup=1, checkpoint_every=1,
                          log_every=1)
     models, first = train_joint(tokens, tokens[:100], 50, 0, config, tmp_path, log=lambda _: None)
     assert first.steps == 2 and first.resumed_at == ()
@@ -61,3 +62,23 @@ def test_resume_from_checkpoint_and_refuse_other_configs(tmp_path):
     with pytest.raises(ValueError, match="different configuration"):
         train_joint(tokens, tokens[:100], 50, 0, TrainConfig(**{**config.__dict__, "batch_size": 3}),
                     tmp_path, log=lambda _: None)
+
+
+def test_window_schedule_keeps_tokens_per_step():
+    config = TrainConfig(batch_size=4, context=512, short_context=256, long_every=4)
+    assert config.window(0) == (4, 512) and config.window(4) == (4, 512)
+    assert config.window(1) == config.window(3) == (8, 256)
+    assert TrainConfig(short_context=None).window(1) == (4, 512)
+    with pytest.raises(ValueError, match="short_context"):
+        TrainConfig(context=512, short_context=300)
+    with pytest.raises(ValueError, match="long_every"):
+        TrainConfig(long_every=0)
+
+
+def test_drafts_choose_the_trained_models():
+    assert TrainConfig().model_names == ("target", "draft_ce")
+    assert TrainConfig(drafts=("draft_ce", "draft_kd")).model_names == ("target", "draft_kd",
+                                                                        "draft_ce")
+    for bad in ((), ("target",), ("draft_xx",)):
+        with pytest.raises(ValueError, match="drafts"):
+            TrainConfig(drafts=bad)

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     command = "draftverify " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.quick:
         train = TrainConfig(target_shape=ModelShape(1, 32, 2), draft_shape=ModelShape(1, 16, 1),
+                            drafts=("draft_kd", "draft_ce"), short_context=16, long_every=2,
                             steps=args.steps or 3, batch_size=2, context=32, warmup=1,
                             seed=args.seed, checkpoint_every=2, log_every=1)
         config = PipelineConfig(train=train, vocab_size=300, max_files=8, ngram_order=3,

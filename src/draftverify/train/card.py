@@ -18,6 +18,16 @@ def render(metrics: dict) -> str:
     loss = metrics["heldout_loss"]
     sizes = metrics["bytes"]
     rows = [("target", "target", shapes["target_shape"]), ("draft", chosen, shapes["draft_shape"])]
+    drafts = [n for n in ("draft_kd", "draft_ce") if n in loss]
+    windows = (f"{shapes['batch_size']} x {shapes['context']} tokens"
+               if shapes.get("short_context") is None else
+               f"{shapes['batch_size'] * shapes['context']} tokens ({shapes['batch_size']} x "
+               f"{shapes['context']} every {shapes['long_every']}th step, "
+               f"{shapes['batch_size'] * shapes['context'] // shapes['short_context']} x "
+               f"{shapes['short_context']} otherwise)")
+    kinds = {"draft_kd": "`draft_kd` was distilled online from the target (forward KL to the "
+                         "target's distribution on each batch)",
+             "draft_ce": "`draft_ce` trained on the data alone"}
     lines = [
         "# The embedded draftverify pair",
         "",
@@ -37,7 +47,7 @@ def render(metrics: dict) -> str:
         f"({config['heldout_percent']}% held out). Documents are separated by `<|endoftext|>`.",
         f"- Tokenizer: byte-level BPE, {config['vocab_size']} tokens, eos `<|endoftext|>` (id 0).",
         f"- Training: target and drafts in one loop on the same batches, {train['steps']} steps of "
-        f"{shapes['batch_size']} x {shapes['context']} tokens ({train['tokens']:,} tokens, "
+        f"{windows} ({train['tokens']:,} tokens, "
         f"{train['tokens'] / max(1, corpus['train_tokens']):.2f} epochs) in "
         f"{train['seconds'] / 60:.1f} minutes on 2 shared CPU cores; AdamW (0.9, 0.95), weight "
         f"decay {shapes['weight_decay']}, peak lr {shapes['target_lr']} (target) and "
@@ -51,9 +61,8 @@ def render(metrics: dict) -> str:
            f"{', '.join(map(str, train['resumed_at']))}, with time budgets of "
            f"{' then '.join(f'{m:g}' for m in train['budgets_minutes'])} minutes."
            if train.get("resumed_at") else ""),
-        f"- Drafts: `draft_kd` was distilled online from the target (forward KL to the target's "
-        f"distribution on each batch), `draft_ce` trained on the data alone; the one with the "
-        f"higher acceptance rate, **{chosen}**, is shipped as `draft/`.",
+        f"- Drafts: {'; '.join(kinds[n] for n in drafts)}; the one with the highest acceptance "
+        f"rate, **{chosen}**, is shipped as `draft/`.",
         f"- N-gram drafter: order {config['ngram_order']}, interpolated Kneser-Ney, trained on the "
         f"training documents in {metrics['ngram_train_seconds']:.0f} s.",
         "",
@@ -77,7 +86,7 @@ def render(metrics: dict) -> str:
         "| model | loss | perplexity |",
         "|---|---|---|",
     ]
-    for name in ("target", "draft_kd", "draft_ce", "ngram"):
+    for name in ("target", *drafts, "ngram"):
         lines.append(f"| {name} | {loss[name]:.3f} | {math.exp(loss[name]):.1f} |")
     lines += [
         "",
@@ -102,7 +111,7 @@ def render(metrics: dict) -> str:
         "| draft | acceptance | std. error | positions |",
         "|---|---|---|---|",
     ]
-    for name in ("draft_kd", "draft_ce", "ngram"):
+    for name in (*drafts, "ngram"):
         a = acceptance[name]
         lines.append(f"| {name} | {a['mean']:.3f} | {a['stderr']:.3f} | {a['positions']} |")
     lines += [
@@ -111,7 +120,7 @@ def render(metrics: dict) -> str:
         "| model | ms per token | target / model |",
         "|---|---|---|",
     ]
-    for name in ("target", "draft_kd", "draft_ce", "ngram"):
+    for name in ("target", *drafts, "ngram"):
         lines.append(f"| {name} | {latency[name]:.2f} | {latency['target'] / latency[name]:.1f} |")
     lines += ["", "Full numbers: `metrics.json`.", ""]
     return "\n".join(lines)

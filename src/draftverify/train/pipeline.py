@@ -1,7 +1,7 @@
 """`draftverify train-pair` end to end, in resumable phases.
 
 1. corpus split and byte-level BPE tokenizer -> ``output/tokenizer``; token streams -> workdir;
-2. joint training of target and drafts (checkpointed) -> ``workdir/final/<model>``;
+2. joint training of the target and its drafts (``TrainConfig.drafts``) (checkpointed) -> ``workdir/final/<model>``;
 3. n-gram drafter on the training documents -> ``output/ngram``;
 4. measurements (held-out loss, SD acceptance on HumanEval prompts, per-token latency); the draft
    with the higher acceptance is shipped as ``output/draft``, the target as ``output/target``,
@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .corpus import split_corpus
-from .lm import MODEL_NAMES, TrainConfig
+from .lm import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def run(output: Path, workdir: Path, config: PipelineConfig,
 
         models, result = train_joint(train_tokens, heldout_tokens, len(tokenizer),
                                      tokenizer.eos_token_id, config.train, workdir / "run", log)
-        for name in MODEL_NAMES:
+        for name in config.train.model_names:
             save_model(models[name], final / name,
                        torch.float16 if name == "target" else torch.float32)
         (final / "train_result.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
@@ -134,7 +134,7 @@ def run(output: Path, workdir: Path, config: PipelineConfig,
     from . import card, measure
 
     metrics = measure.measure_all(final, ngram_dir, tokenizer_dir, heldout_tokens, config, log)
-    chosen = max(("draft_kd", "draft_ce"), key=lambda n: metrics["acceptance"][n]["mean"])
+    chosen = max(config.train.drafts, key=lambda n: metrics["acceptance"][n]["mean"])
     for source, name in ((final / "target", "target"), (final / chosen, "draft")):
         if (output / name).exists():
             shutil.rmtree(output / name)
