@@ -1,0 +1,278 @@
+"""Batched verification kernels: ``sd``, ``submaximal``, ``greedy`` and ``bv`` for a whole batch of
+drafts in one pass over the flattened ragged layout that serving engines use.
+
+The terms are those of :mod:`draftverify.verify.base` (accepted, correction and bonus tokens). The
+layout, for B rows (requests) with L_b >= 0 drafted tokens each and num_tokens = sum_b L_b:
+
+- ``draft_token_ids`` [num_tokens]: the drafts of rows 0..B-1, one after the other;
+- ``cu_num_draft_tokens`` [B]: cumulative L_b (row b owns draft entries cu[b] - L_b .. cu[b] - 1);
+- ``draft_probs`` [num_tokens, V]: D(. | x^i) for each drafted position, same order;
+- ``target_probs`` [num_tokens + B, V]: T(. | x^i) for i = 0..L_b, row b's block starting at
+  cu[b] - L_b + b (its last row, at cu[b] + b, is the bonus row T(. | x^{L_b}));
+- ``uniforms`` [num_tokens + B] float64 in [0, 1), laid out like the target rows: row b's L_b
+  coins, then the uniform of its correction or bonus token (at cu[b] + b). This is the order in
+  which the per-row verifiers draw (``rng.bernoulli`` / ``rng.Coins``, then ``rng.categorical``), so
+  a batched call is bit for bit the per-row verifiers called in row order on the same uniforms.
+
+Output: :class:`BatchedVerifyResult`, accepted counts [B] and output tokens [B, max_draft_len + 1]
+(accepted tokens, then the correction or bonus token, then :data:`PAD_TOKEN_ID`).
+
+The kernels trust their inputs (validate at the public boundary, :func:`draftverify.verify.batched
+.verify_batch`). They are device-agnostic torch: no ``.item()``, no host copy, no Python loop over
+rows, positions or the vocabulary; ``max_draft_len`` is a Python int the caller already knows.
+Every operation that decides an outcome is the same float operation, in the same dtype, as in the
+per-row verifier (:mod:`.token`, :mod:`.block`); that is what makes the results identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "PAD_TOKEN_ID",
+    "BatchedVerifyResult",
+    "sd_kernel",
+    "submaximal_kernel",
+    "greedy_kernel",
+    "bv_kernel",
+    "token_residual",
+    "last_success",
+]
+
+PAD_TOKEN_ID: int = -1
+"""Fills ``output_tokens`` after each row's last committed token (vLLM v1 uses -1 as well)."""
+
+
+@dataclass(frozen=True)
+class BatchedVerifyResult:
+    """What one batched call commits, per row b: ``output_tokens[b, :num_accepted[b] + 1]`` (the
+    accepted draft prefix, then one correction or bonus token); the rest is ``PAD_TOKEN_ID``."""
+
+    num_accepted: torch.Tensor  # [B] int64
+    output_tokens: torch.Tensor  # [B, max_draft_len + 1] int64
+
+    def token_lists(self) -> list[list[int]]:
+        """The committed tokens of every row as Python lists (one host copy; off the hot path)."""
+        counts = self.num_accepted.tolist()
+        return [row[: n + 1] for row, n in zip(self.output_tokens.tolist(), counts)]
+
+
+@dataclass(frozen=True)
+class _Ragged:
+    """Index tensors of the ragged layout, padded to [B, max_draft_len] (padding is clamped to a
+    valid row and masked by ``valid``)."""
+
+    lengths: torch.Tensor  # [B] L_b
+    starts: torch.Tensor  # [B] first draft entry of row b
+    draft_index: torch.Tensor  # [B, max_L] draft entry of position i
+    target_index: torch.Tensor  # [B, max_L + 1] target row (= uniform) of position i
+    bonus_index: torch.Tensor  # [B] target row of T(. | x^{L_b}) = uniform of the final token
+    valid: torch.Tensor  # [B, max_L] bool, i < L_b
+
+
+def _ragged(cu_num_draft_tokens: torch.Tensor, num_tokens: int, max_len: int) -> _Ragged:
+    ends = cu_num_draft_tokens.to(torch.int64)  # [B]
+    batch = ends.shape[0]
+    lengths = torch.diff(ends, prepend=ends.new_zeros(1))  # [B]
+    starts = ends - lengths  # [B]
+    positions = torch.arange(max_len + 1, device=ends.device)  # [max_L + 1]
+    rows = torch.arange(batch, device=ends.device)  # [B]
+    draft_index = (starts[:, None] + positions[:max_len]).clamp_(max=max(num_tokens - 1, 0))  # [B, max_L]
+    target_index = (starts + rows)[:, None] + positions  # [B, max_L + 1]
+    return _Ragged(
+        lengths=lengths,
+        starts=starts,
+        draft_index=draft_index,
+        target_index=target_index.clamp_(max=num_tokens + batch - 1),
+        bonus_index=ends + rows,
+        valid=positions[:max_len] < lengths[:, None],
+    )
+
+
+def _leading_true(mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the number of True entries before the first False: [B, L] -> [B]."""
+    return mask.to(torch.int64).cumprod(dim=1).sum(dim=1)
+
+
+def last_success(success: torch.Tensor) -> torch.Tensor:
+    """tau = max{i in 1..L : coin i succeeded}, 0 if none: [B, L] bool -> [B] int64.
+
+    Block verification keeps the LAST success (Sun et al. 2025, Algorithm 2); stopping at the first
+    failure is the known bug (:mod:`.block`)."""
+    if success.shape[1] == 0:
+        return success.new_zeros(success.shape[0], dtype=torch.int64)
+    positions = torch.arange(1, success.shape[1] + 1, device=success.device)  # [L]
+    return (success * positions).amax(dim=1)
+
+
+def _draft_rows(draft_probs: torch.Tensor, ragged: _Ragged, index: torch.Tensor, vocab: int) -> torch.Tensor:
+    """D(. | x^n) for each row's position n = ``index`` [B]; zeros where n = L_b (no draft row)."""
+    batch = index.shape[0]
+    if draft_probs.shape[0] == 0:
+        return draft_probs.new_zeros(batch, vocab)
+    rows = draft_probs[(ragged.starts + index).clamp(max=draft_probs.shape[0] - 1)]  # [B, V]
+    return torch.where((index < ragged.lengths)[:, None], rows, 0.0)
+
+
+def _inverse_cdf(weights: torch.Tensor, fallback: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One token per row with probability proportional to ``weights`` [B, V], by inverse CDF on
+    ``uniform`` [B] (float64), as :func:`draftverify.rng.categorical`: an index of zero weight is
+    never returned. A row of zero mass (a rejection of probability 0 reached by rounding) is drawn
+    from ``fallback`` instead, as the per-row verifiers do."""
+    has_mass = weights.amax(dim=-1, keepdim=True) > 0  # [B, 1]  same test as sum > 0 (weights >= 0)
+    weights = torch.where(has_mass, weights, fallback)  # [B, V]
+    cdf = torch.cumsum(weights.to(torch.float64), dim=-1)  # [B, V]
+    index = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True).squeeze(1)  # [B]
+    # u * total rounded up to total gives V: take the last index with weight, as rng.categorical
+    last = weights.shape[-1] - 1 - torch.argmax((weights > 0).flip(-1).view(torch.uint8), dim=-1)  # [B]
+    return torch.minimum(index, last)
+
+
+def _assemble(tokens: torch.Tensor, num_accepted: torch.Tensor, final: torch.Tensor) -> BatchedVerifyResult:
+    """Accepted prefix of ``tokens`` [B, max_L], then ``final`` [B] at position num_accepted, then PAD."""
+    padded = F.pad(tokens, (0, 1), value=PAD_TOKEN_ID)  # [B, max_L + 1]
+    positions = torch.arange(padded.shape[1], device=padded.device)  # [max_L + 1]
+    out = torch.where(positions < num_accepted[:, None], padded, PAD_TOKEN_ID)
+    out.scatter_(1, num_accepted[:, None], final[:, None])
+    return BatchedVerifyResult(num_accepted=num_accepted, output_tokens=out)
+
+
+def token_residual(target_rows: torch.Tensor, draft_rows: torch.Tensor, withheld: float) -> torch.Tensor:
+    """Correction weights (T - D)_+ + lambda min(T, D) per row [B, V] (seed 000, Proposition 3.2;
+    lambda = 0 is Leviathan et al. 2023, Algorithm 1). With ``draft_rows`` = 0 it is T itself, which
+    is how the bonus rows pass through the same call."""
+    residual = torch.clamp(target_rows - draft_rows, min=0)  # [B, V]
+    if withheld:
+        residual = residual + withheld * torch.minimum(target_rows, draft_rows)
+    return residual
+
+
+def _token_chain(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, withheld):
+    num_tokens, vocab = draft_probs.shape
+    ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
+    x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
+    draft_at = draft_probs[ragged.draft_index, x]  # [B, max_L]  D(x_i | x^{i-1})
+    target_at = target_probs[ragged.target_index[:, :-1], x]  # [B, max_L]  T(x_i | x^{i-1})
+    accept_prob = torch.clamp(target_at / draft_at, max=1.0)  # min(1, T/D)
+    if withheld:
+        accept_prob = (1.0 - withheld) * accept_prob
+    accepted = (uniforms[ragged.target_index[:, :-1]] < accept_prob.to(torch.float64)) & ragged.valid
+    n = _leading_true(accepted)  # [B]  first rejection, or L_b
+    target_rows = target_probs[ragged.target_index.gather(1, n[:, None]).squeeze(1)]  # [B, V]  T(. | x^n)
+    draft_rows = _draft_rows(draft_probs, ragged, n, vocab)  # [B, V]  D(. | x^n), 0 for the bonus
+    weights = token_residual(target_rows, draft_rows, withheld)
+    final = _inverse_cdf(weights, target_rows, uniforms[ragged.bonus_index])  # correction or bonus
+    return _assemble(x, n, final)
+
+
+def sd_kernel(
+    draft_token_ids: torch.Tensor,  # [num_tokens] int
+    draft_probs: torch.Tensor,  # [num_tokens, V]
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    cu_num_draft_tokens: torch.Tensor,  # [B] int
+    uniforms: torch.Tensor,  # [num_tokens + B] float64
+    max_draft_len: int,
+) -> BatchedVerifyResult:
+    """``sd`` for a batch: Leviathan, Kalman & Matias (2023) Algorithm 1 (seed 002; its p is our
+    target, q our draft). Position i is accepted when u_i < min(1, T(x_i) / D(x_i)); at the first
+    rejection n a correction token is drawn from norm((T - D)_+) at x^n, after L_b acceptances a
+    bonus token from T(. | x^{L_b}). Cost: O(num_tokens) for the tests, O(B V) for the final rows."""
+    return _token_chain(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, 0.0)
+
+
+def submaximal_kernel(
+    draft_token_ids: torch.Tensor,  # [num_tokens] int
+    draft_probs: torch.Tensor,  # [num_tokens, V]
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    cu_num_draft_tokens: torch.Tensor,  # [B] int
+    uniforms: torch.Tensor,  # [num_tokens + B] float64
+    max_draft_len: int,
+    fraction: float,
+) -> BatchedVerifyResult:
+    """``submaximal`` for a batch (seed 000, Proposition 3.2): accept with (1 - lambda) min(1, T/D),
+    correct from (T - D)_+ + lambda min(T, D), lambda = ``fraction`` in [0, 1]. Exact for every
+    lambda; lambda = 0 is :func:`sd_kernel`."""
+    return _token_chain(
+        draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, float(fraction)
+    )
+
+
+def greedy_kernel(
+    draft_token_ids: torch.Tensor,  # [num_tokens] int
+    draft_probs: torch.Tensor | None,  # [num_tokens, V], unused
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    cu_num_draft_tokens: torch.Tensor,  # [B] int
+    uniforms: torch.Tensor | None,  # unused: deterministic
+    max_draft_len: int,
+) -> BatchedVerifyResult:
+    """``greedy`` for a batch (temperature 0): accept while the drafted token is the target's argmax
+    (ties to the lowest id, as ``torch.argmax``); the extra token is the argmax at the first
+    mismatch or after the draft. ``draft_probs`` and ``uniforms`` are not read."""
+    num_tokens = draft_token_ids.shape[0]
+    ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
+    best = target_probs.argmax(dim=-1)  # [num_tokens + B]
+    x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
+    n = _leading_true((x == best[ragged.target_index[:, :-1]]) & ragged.valid)  # [B]
+    final = best[ragged.target_index.gather(1, n[:, None]).squeeze(1)]  # [B]
+    return _assemble(x, n, final)
+
+
+def bv_kernel(
+    draft_token_ids: torch.Tensor,  # [num_tokens] int
+    draft_probs: torch.Tensor,  # [num_tokens, V]
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    cu_num_draft_tokens: torch.Tensor,  # [B] int
+    uniforms: torch.Tensor,  # [num_tokens + B] float64
+    max_draft_len: int,
+) -> BatchedVerifyResult:
+    """``bv`` for a batch: block verification, Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro &
+    Suresh, "Block Verification Accelerates Speculative Decoding" (ICLR 2025, arXiv 2403.10444),
+    Algorithm 2 (seed 004 swaps p and q: we say target and draft).
+
+    p_0 = 1, p_i = min(1, p_{i-1} T(x_i | x^{i-1}) / D(x_i | x^{i-1})), in log space as the
+    reflected walk S_i - max_{j<=i} S_j; h_i = Z_i / (Z_i + 1 - p_i) for i < L with
+    Z_i = sum_x (p_i T(x | x^i) - D(x | x^i))_+ (1 when the denominator is 0), h_L = p_L; coin i
+    succeeds when u_{i-1} < h_i; tau = the last success; then the bonus token from T(. | x^L) if
+    tau = L, else a correction token from norm((p_tau T(. | x^tau) - D(. | x^tau))_+).
+
+    Unlike the per-row verifier, which tosses from L down and stops at the first success, every
+    Z_i of every row is computed (one pass over the [num_tokens, V] draft rows); the law is the same.
+    """
+    num_tokens = draft_probs.shape[0]
+    ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
+    x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
+    draft_at = draft_probs[ragged.draft_index, x]  # [B, max_L]
+    target_at = target_probs[ragged.target_index[:, :-1], x]  # [B, max_L]
+    log_ratio = torch.where(ragged.valid, torch.log(target_at) - torch.log(draft_at), 0.0)  # [B, max_L]
+    walk = F.pad(torch.cumsum(log_ratio, dim=1), (1, 0))  # [B, max_L + 1]  S_0..S_L
+    p = torch.exp(walk - torch.cummax(walk, dim=1).values)  # [B, max_L + 1]  p_0..p_L
+
+    # Z_i at every drafted position: row t of the draft is position i(t) of row b(t)
+    flat = torch.arange(num_tokens, device=draft_probs.device)  # [num_tokens]
+    row_of = torch.searchsorted(cu_num_draft_tokens.to(torch.int64), flat, right=True)  # [num_tokens]
+    p_at = p[row_of, flat - ragged.starts[row_of]]  # [num_tokens]  p_i
+    excess = target_probs.index_select(0, flat + row_of)  # [num_tokens, V]  T(. | x^i)
+    excess.mul_(p_at[:, None]).sub_(draft_probs).clamp_(min=0)  # (p_i T - D)_+
+    z = excess.sum(dim=-1).to(torch.float64)  # [num_tokens]
+    p64 = p_at.to(torch.float64)
+    denominator = (z + 1.0) - p64
+    h_row = torch.where(denominator > 0, z / denominator, 1.0)  # [num_tokens]  h_i, i < L_b
+
+    # coin c = i - 1 tests position i: h_i for i < L_b, p_L for i = L_b
+    h_next = F.pad(h_row[ragged.draft_index][:, 1:], (0, 1), value=1.0)  # [B, max_L]
+    is_last = torch.arange(1, max_draft_len + 1, device=p.device) == ragged.lengths[:, None]  # [B, max_L]
+    coin_prob = torch.where(is_last, p[:, 1:].to(torch.float64), h_next)  # [B, max_L]
+    success = (uniforms[ragged.target_index[:, :-1]] < coin_prob) & ragged.valid
+    tau = last_success(success)  # [B]
+
+    target_rows = target_probs[ragged.target_index.gather(1, tau[:, None]).squeeze(1)]  # [B, V]  T(. | x^tau)
+    if num_tokens:
+        residual = excess[(ragged.starts + tau).clamp(max=num_tokens - 1)]  # [B, V]  (p_tau T - D)_+
+        weights = torch.where((tau < ragged.lengths)[:, None], residual, target_rows)
+    else:
+        weights = target_rows
+    final = _inverse_cdf(weights, target_rows, uniforms[ragged.bonus_index])
+    return _assemble(x, tau, final)
