@@ -1,4 +1,5 @@
-"""The transformers backend: ragged rows, crop and reindex give the logits of each row alone."""
+"""The transformers backend: ragged rows, crop and reindex give the logits of each row alone, with
+the static and the dynamic KV cache (GPT-2 runs the lean forward, compared here with the model's own)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ def alone(model, tokens: list[int], last: int) -> torch.Tensor:
         return model(torch.tensor([tokens])).logits[0, -last:]
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_ragged_batch_crop_and_reindex_match_single_rows(arch):
+# (architecture, KV cache): the static cache runs GPT-2 models only
+BACKENDS = [("gpt2", "static"), ("gpt2", "dynamic"), ("llama", "dynamic")]
+
+
+@pytest.mark.parametrize("arch,kv_cache", BACKENDS)
+def test_ragged_batch_crop_and_reindex_match_single_rows(arch, kv_cache):
     raw = tiny_causal_lm(40, arch=arch, seed=1)
-    model = TransformersModel(raw)
+    model = TransformersModel(raw, kv_cache=kv_cache)
     cache = model.new_cache(2)
     tokens = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [0, 0, 0, 0, 8, 9, 10]])
     valid = torch.arange(7)[None, :] >= torch.tensor([[0], [4]])
@@ -38,10 +43,15 @@ def test_ragged_batch_crop_and_reindex_match_single_rows(arch):
     assert model.backend_length(cache) == cache.tokens.shape[1]
 
 
-def test_context_limit_is_a_value_error():
-    model = TransformersModel(tiny_causal_lm(20, max_positions=8))
+@pytest.mark.parametrize("kv_cache", ["static", "dynamic"])
+def test_context_limit_is_a_value_error(kv_cache):
+    model = TransformersModel(tiny_causal_lm(20, max_positions=8), kv_cache=kv_cache)
     with pytest.raises(ValueError, match="context of 8"):
         model.forward(model.new_cache(1), torch.ones(1, 9, dtype=torch.int64))
+    cache = model.new_cache(1)
+    model.forward(cache, torch.ones(1, 5, dtype=torch.int64))
+    with pytest.raises(ValueError, match="context of 8"):  # the tree of K drafts counts one draft
+        model.score_drafts(cache, torch.ones(1, 1, dtype=torch.int64), None, torch.ones(1, 2, 3, dtype=torch.int64))
 
 
 def test_resolve_model_path(tmp_path):
@@ -66,10 +76,10 @@ def test_from_pretrained_loads_model_and_tokenizer(tmp_path):
         TransformersModel.from_pretrained(tmp_path / "..")  # a folder without a model
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_tree_scoring_of_k_drafts_matches_each_draft_alone(arch):
+@pytest.mark.parametrize("arch,kv_cache", BACKENDS)
+def test_tree_scoring_of_k_drafts_matches_each_draft_alone(arch, kv_cache):
     raw = tiny_causal_lm(40, arch=arch, seed=3)
-    model = TransformersModel(raw)
+    model = TransformersModel(raw, kv_cache=kv_cache)
     cache = model.new_cache(2)
     model.forward(cache, torch.tensor([[1, 2, 3, 4], [0, 0, 5, 6]]), torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]]).bool())
     model.crop(cache, torch.tensor([3, 2]))  # row 0 holds [1, 2, 3], row 1 holds [5, 6]
@@ -91,7 +101,11 @@ def test_tree_scoring_of_k_drafts_matches_each_draft_alone(arch):
     torch.testing.assert_close(out[1, 0], alone(raw, prefixes[1] + [31], 1)[0])
 
 
-def test_gpt2_runs_the_lean_forward_checked_above_against_the_model_itself():
-    # the gpt2 cases of the tests above compare that path with GPT2LMHeadModel's own forward
-    assert TransformersModel(tiny_causal_lm(20, arch="gpt2"))._lean
-    assert not TransformersModel(tiny_causal_lm(20, arch="llama"))._lean
+def test_gpt2_takes_the_static_cache_by_default_and_other_models_the_dynamic_one():
+    # the gpt2 cases of the tests above compare the lean forward with GPT2LMHeadModel's own
+    assert TransformersModel(tiny_causal_lm(20, arch="gpt2")).kv_cache == "static"
+    assert TransformersModel(tiny_causal_lm(20, arch="llama")).kv_cache == "dynamic"
+    with pytest.raises(ValueError, match="GPT-2 models only"):
+        TransformersModel(tiny_causal_lm(20, arch="llama"), kv_cache="static")
+    with pytest.raises(ValueError, match="kv_cache"):
+        TransformersModel(tiny_causal_lm(20), kv_cache="paged")

@@ -20,7 +20,6 @@ alone. Columns invalid in every row are removed, so a batch of one never has hol
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,22 +27,76 @@ import torch
 __all__ = ["Cache", "LanguageModel", "HistoryModel"]
 
 
-@dataclass
 class Cache:
-    """The slot table of a batch plus the backend's own state (a ``DynamicCache``, or None)."""
+    """The slot table of a batch plus the backend's own state (a KV cache, or None).
 
-    tokens: torch.Tensor  # [B, T] int64, 0 in invalid slots
-    valid: torch.Tensor  # [B, T] bool
-    backend: Any = None
-    scoring: tuple[int, int] | None = None  # (K, L) between score_drafts and keep_draft
+    The table is preallocated (``capacity`` columns, doubled when full) and ``width`` says how
+    many columns are in use, so appending a chunk is a copy into place and a crop that keeps every
+    row whole only moves ``width`` (the static-cache recipe of gpt-fast's ``KVCache``, applied to
+    the token table). ``held`` mirrors ``valid.sum(1)`` on the host, so the common checks (length
+    limits, whether there are holes) need no tensor operation.
+    """
+
+    def __init__(self, batch_size: int, capacity: int, backend: Any = None):
+        self._tokens = torch.zeros(batch_size, capacity, dtype=torch.int64)  # [B, capacity]
+        self._valid = torch.zeros(batch_size, capacity, dtype=torch.bool)  # [B, capacity]
+        self.width = 0
+        self.held = [0] * batch_size  # valid slots per row
+        self.backend = backend
+        self.scoring: tuple[int, int] | None = None  # (K, L) between score_drafts and keep_draft
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """[B, T] int64, 0 in invalid slots (a view: in-place edits reach the table)."""
+        return self._tokens[:, : self.width]
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """[B, T] bool (a view)."""
+        return self._valid[:, : self.width]
 
     @property
     def batch_size(self) -> int:
-        return self.tokens.shape[0]
+        return len(self.held)
+
+    @property
+    def holes(self) -> bool:
+        """Whether some slot in use is invalid: a row holds fewer valid slots than the width."""
+        return min(self.held, default=0) < self.width
 
     def row(self, b: int) -> list[int]:
         """The tokens row ``b`` holds, in order."""
         return self.tokens[b][self.valid[b]].tolist()
+
+    def reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more columns (doubling the capacity, copying the used part)."""
+        capacity = self._tokens.shape[1]
+        if self.width + extra <= capacity:
+            return
+        capacity = max(2 * capacity, self.width + extra)
+        tokens = torch.zeros(self.batch_size, capacity, dtype=torch.int64)
+        valid = torch.zeros(self.batch_size, capacity, dtype=torch.bool)
+        tokens[:, : self.width], valid[:, : self.width] = self.tokens, self.valid
+        self._tokens, self._valid = tokens, valid
+
+    def append(self, tokens: torch.Tensor, valid: torch.Tensor | None, counts: list[int]) -> None:
+        """Write ``tokens`` [B, S] (``valid`` [B, S] or None = all valid; ``counts`` its row sums)
+        into the S columns after the width."""
+        start, size = self.width, tokens.shape[1]
+        self.reserve(size)
+        self.width = start + size
+        if valid is None:
+            self.tokens[:, start:] = tokens
+            self.valid[:, start:] = True
+        else:
+            self.tokens[:, start:] = tokens.masked_fill(~valid, 0)
+            self.valid[:, start:] = valid
+        self.held = [h + n for h, n in zip(self.held, counts)]
+
+    def select_rows(self, rows: torch.Tensor, order: list[int]) -> None:
+        """Keep rows ``rows`` [B'] (``order`` is the same as a list) of the table."""
+        self._tokens, self._valid = self._tokens.index_select(0, rows), self._valid.index_select(0, rows)
+        self.held = [self.held[r] for r in order]
 
 
 class LanguageModel(ABC):
@@ -51,13 +104,14 @@ class LanguageModel(ABC):
 
     vocab_size: int
     eos_token_id: int | None = None
+    max_length: int | None = None  # positions the model can take (its context), None = no limit
+    initial_capacity = 64  # slot-table columns allocated by new_cache
 
     def new_cache(self, batch_size: int) -> Cache:
         """An empty cache of ``batch_size`` rows."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        empty = torch.zeros(batch_size, 0, dtype=torch.int64)
-        return Cache(tokens=empty, valid=empty.bool(), backend=self._new_backend())
+        return Cache(batch_size, self.initial_capacity, self._new_backend(batch_size))
 
     def forward(
         self,
@@ -70,18 +124,23 @@ class LanguageModel(ABC):
         after each of the last ``num_logits`` positions. Those positions must be valid."""
         if tokens.dim() != 2 or tokens.shape[0] != cache.batch_size or tokens.shape[1] < 1:
             raise ValueError(f"tokens: expected shape [B={cache.batch_size}, S >= 1], got {tuple(tokens.shape)}")
-        if not 1 <= num_logits <= tokens.shape[1]:
-            raise ValueError(f"num_logits must be in [1, S={tokens.shape[1]}], got {num_logits}")
+        rows, size = tokens.shape
+        if not 1 <= num_logits <= size:
+            raise ValueError(f"num_logits must be in [1, S={size}], got {num_logits}")
         if valid is not None and tuple(valid.shape) != tuple(tokens.shape):
             raise ValueError(f"valid: expected shape {tuple(tokens.shape)}, got {tuple(valid.shape)}")
-        new_valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid
-        old_valid = cache.valid
-        positions = old_valid.sum(1, keepdim=True) + torch.cumsum(new_valid, 1) - 1  # [B, S]
-        cache.tokens = torch.cat([cache.tokens, tokens.masked_fill(~new_valid, 0)], 1)
-        cache.valid = torch.cat([old_valid, new_valid], 1)
-        holes = valid is not None or not bool(old_valid.all())
-        return self._forward(cache, tokens, positions.clamp(min=0), holes, num_logits)
-
+        counts = [size] * rows if valid is None else valid.sum(1).tolist()  # new valid slots per row
+        if self.max_length is not None and max(h + n for h, n in zip(cache.held, counts)) > self.max_length:
+            raise ValueError(f"sequence longer than the model's context of {self.max_length} tokens")
+        start = cache.width
+        if valid is None and not cache.holes:  # every row holds `start` tokens
+            positions = torch.arange(start, start + size).expand(rows, size)  # [B, S]
+        else:
+            held = torch.tensor(cache.held)[:, None]  # [B, 1]
+            steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)  # [B, S] or [S]
+            positions = (held + steps - 1).clamp(min=0)  # [B, S]; padding takes its neighbour's
+        cache.append(tokens, valid, counts)
+        return self._forward(cache, tokens, positions, cache.holes, num_logits)
     def score_drafts(
         self,
         cache: Cache,
@@ -120,40 +179,53 @@ class LanguageModel(ABC):
     def reindex(self, cache: Cache, rows: torch.Tensor) -> None:
         """Keep rows ``rows`` [B'] of the cache, in that order (repeats allowed)."""
         rows = rows.to(torch.int64)
-        if rows.numel() == cache.batch_size and torch.equal(rows, torch.arange(cache.batch_size)):
+        order = rows.tolist()
+        if order == list(range(cache.batch_size)):
             return
-        cache.tokens, cache.valid = cache.tokens[rows], cache.valid[rows]
+        cache.select_rows(rows, order)
         self._reindex(cache, rows)
         self._drop_empty_columns(cache)
 
     def crop(self, cache: Cache, lengths: torch.Tensor) -> None:
         """Keep the first ``lengths[b]`` tokens of row b (it must hold at least that many)."""
         lengths = torch.as_tensor(lengths, dtype=torch.int64)
-        held = cache.valid.sum(1)
-        if lengths.shape != held.shape or bool((lengths < 0).any()) or bool((lengths > held).any()):
-            raise ValueError(f"crop: lengths {lengths.tolist()} not within the rows' lengths {held.tolist()}")
-        cache.valid = cache.valid & (torch.cumsum(cache.valid, 1) <= lengths[:, None])
-        cache.tokens = cache.tokens.masked_fill(~cache.valid, 0)
+        wanted = lengths.tolist() if lengths.dim() == 1 else None
+        if wanted is None or len(wanted) != cache.batch_size or not all(0 <= w <= h for w, h in zip(wanted, cache.held)):
+            raise ValueError(f"crop: lengths {lengths.tolist()} not within the rows' lengths {cache.held}")
+        if wanted == cache.held:
+            return
+        if not cache.holes and min(wanted) == max(wanted):  # whole rows of one length: move the width
+            cache.held = wanted
+            self._set_width(cache, wanted[0])
+            return
+        valid = cache.valid
+        valid &= torch.cumsum(valid, 1) <= lengths[:, None]  # in place: [B, T]
+        cache.tokens.masked_fill_(~valid, 0)
+        cache.held = wanted
         self._drop_empty_columns(cache)
 
     def lengths(self, cache: Cache) -> torch.Tensor:
         """Tokens held per row ``[B]``."""
-        return cache.valid.sum(1)
+        return torch.tensor(cache.held, dtype=torch.int64)
 
     def backend_length(self, cache: Cache) -> int:
         """Slots the backend state holds (it must equal the slot table's width between calls)."""
-        return cache.tokens.shape[1]
+        return cache.width
 
     def _drop_empty_columns(self, cache: Cache) -> None:
-        used = cache.valid.any(0)  # [T]
-        keep = int(torch.nonzero(used)[-1]) + 1 if bool(used.any()) else 0
-        removed = cache.tokens.shape[1] - keep
-        if removed:
-            cache.tokens, cache.valid = cache.tokens[:, :keep], cache.valid[:, :keep]
-            self._truncate(cache, keep)
+        """Shrink the width to the last column some row uses (nothing to do without holes)."""
+        if not cache.holes:
+            return
+        used = torch.nonzero(cache.valid.any(0))  # [n, 1]
+        self._set_width(cache, int(used[-1]) + 1 if used.numel() else 0)
+
+    def _set_width(self, cache: Cache, width: int) -> None:
+        if width != cache.width:
+            cache.width = width
+            self._truncate(cache, width)
 
     # --- what a backend implements -------------------------------------------------------------
-    def _new_backend(self) -> Any:
+    def _new_backend(self, batch_size: int) -> Any:
         return None
 
     @abstractmethod

@@ -1,10 +1,17 @@
 """The ``transformers`` backend: any ``AutoModelForCausalLM`` behind :class:`LanguageModel`.
 
-The KV cache is transformers' own ``DynamicCache``: extended by the model's forward, reordered with
-``batch_select_indices`` (K drafts, chosen draft, finished rows) and shortened with ``crop``.
-Ragged rows use an explicit 4-D attention mask over the slot table plus explicit position ids, so
+Two KV caches behind the same slot table (:mod:`.base`):
+
+- ``"static"`` (GPT-2 models, the default for them): :class:`~.static_cache.StaticKV` buffers
+  written by index and the lean forward of :mod:`.gpt2`, the gpt-fast recipe; a crop moves a
+  pointer, a reorder copies only when rows change.
+- ``"dynamic"`` (every model): transformers' own ``DynamicCache``, extended by the forward,
+  reordered with ``batch_select_indices`` and shortened with ``crop``. GPT-2 models still take
+  the lean forward; others run the model's own forward.
+
+Ragged rows use an explicit attention mask over the slot table plus explicit position ids, so
 padding and dropped slots are skipped and positions count real tokens only. A batch without holes
-(always the case for one prompt) passes no mask and takes the model's fastest attention path.
+(always the case for one prompt) passes no mask to a one-token call.
 """
 
 from __future__ import annotations
@@ -16,6 +23,9 @@ from typing import Any
 import torch
 
 from .base import Cache, LanguageModel
+from .gpt2 import GPT2Weights, gpt2_forward, is_lean_gpt2
+from .masks import additive, causal_mask, slot_mask, tree_mask
+from .static_cache import StaticKV
 
 __all__ = ["TransformersModel", "resolve_model_path"]
 
@@ -48,12 +58,13 @@ def _load(loader: Any, name_or_path: str | Path, what: str, **kwargs: Any) -> An
 class TransformersModel(LanguageModel):
     """A ``transformers`` causal LM (and optionally its tokenizer) behind :class:`LanguageModel`.
 
-    GPT-2 models with the standard options run through :func:`_gpt2_forward`, the same
-    computation as ``GPT2LMHeadModel.forward`` with the model's own parameters and ``DynamicCache``
-    but without its per-call bookkeeping, which dominates the cost of small models on a CPU (tests
-    check that both give the same logits)."""
+    ``kv_cache``: "static" (GPT-2 models only) or "dynamic"; None picks "static" where it can.
+    ``max_length``: slots per row the static cache preallocates (default: sized at the first call,
+    doubled when outgrown). GPT-2 models with the standard options run :func:`~.gpt2.gpt2_forward`
+    (tests check it against the model's own forward)."""
 
-    def __init__(self, model: Any, tokenizer: Any = None):
+    def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,
+                 max_length: int | None = None):
         from transformers import DynamicCache
 
         self._cache_class = DynamicCache
@@ -61,11 +72,18 @@ class TransformersModel(LanguageModel):
         self.tokenizer = tokenizer
         self.config = model.config.get_text_config(decoder=True)
         self.vocab_size = int(self.config.vocab_size)
+        self.max_length = getattr(self.config, "max_position_embeddings", None)
         eos = tokenizer.eos_token_id if tokenizer is not None else None
         if eos is None:
             eos = getattr(model.generation_config, "eos_token_id", None)
         self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
-        self._lean = _lean_gpt2(model)
+        self._weights = GPT2Weights.of(model) if is_lean_gpt2(model) else None
+        self.kv_cache = kv_cache or ("static" if self._weights is not None else "dynamic")
+        if self.kv_cache not in ("static", "dynamic"):
+            raise ValueError(f"kv_cache must be 'static' or 'dynamic', got {kv_cache!r}")
+        if self.kv_cache == "static" and self._weights is None:
+            raise ValueError(f"{type(model).__name__}: the static KV cache runs GPT-2 models only; use 'dynamic'")
+        self._static_length = max_length or 0
         if not DynamicCache(config=model.config).is_croppable:
             raise ValueError(
                 f"{type(model).__name__}: its cache cannot be cropped (sliding-window or linear-attention "
@@ -74,7 +92,8 @@ class TransformersModel(LanguageModel):
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str | Path, *, tokenizer: str | Path | None = None, dtype: torch.dtype = torch.float32
+        cls, name_or_path: str | Path, *, tokenizer: str | Path | None = None, dtype: torch.dtype = torch.float32,
+        kv_cache: str | None = None,
     ) -> TransformersModel:
         """Load a model from a local folder or a hub id (hub ids need a network); the tokenizer from
         ``tokenizer`` if given, else from the same place when it has one."""
@@ -88,24 +107,39 @@ class TransformersModel(LanguageModel):
             folder = Path(str(name_or_path)).expanduser()
             if any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
                 tokenizer_object = _load(AutoTokenizer, folder, "tokenizer")
-        return cls(model, tokenizer_object)
+        return cls(model, tokenizer_object, kv_cache=kv_cache)
 
-    def _new_backend(self) -> Any:
-        return self._cache_class(config=self.model.config)
+    @property
+    def _static(self) -> bool:
+        return self.kv_cache == "static"
+
+    def _new_backend(self, batch_size: int) -> Any:
+        if not self._static:
+            return self._cache_class(config=self.model.config)
+        config = self.config
+        with torch.inference_mode():
+            return StaticKV(config.n_layer, batch_size, config.n_head, config.n_embd // config.n_head,
+                            self._static_length, self.model.dtype)
 
     def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
-        mask = _attention_mask(cache.valid, tokens.shape[1], self.model.dtype) if holes else None
+        size = tokens.shape[1]
+        if self._weights is None:  # the model's own forward: causal by itself, a mask only for holes
+            return self._run(cache, tokens, positions, additive(slot_mask(cache.valid, size), self.model.dtype)
+                             if holes else None, num_logits)
+        mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
         return self._run(cache, tokens, positions, mask, num_logits)
 
     def _run(self, cache: Cache, tokens, positions, mask, num_logits) -> torch.Tensor:
-        if mask is None and tokens.shape[1] > 1 and self._lean:  # causal within the chunk, after the cache
-            mask = _attention_mask(cache.valid, tokens.shape[1], self.model.dtype)
-        limit = getattr(self.config, "max_position_embeddings", None)
-        if limit is not None and int(positions.max()) >= limit:
-            raise ValueError(f"sequence longer than the model's context of {limit} tokens")
         with torch.inference_mode():
-            if self._lean:
-                logits = _gpt2_forward(self.model, cache.backend, tokens, positions, mask, num_logits)
+            if self._static:
+                kv = cache.backend
+                kv.reserve(tokens.shape[1])
+                logits = gpt2_forward(self._weights, kv.write, tokens, positions, mask, num_logits)
+                kv.advance(tokens.shape[1])
+            elif self._weights is not None:
+                layers = cache.backend.layers
+                logits = gpt2_forward(self._weights, lambda i, k, v: layers[i].update(k, v), tokens, positions,
+                                      mask, num_logits)
             else:
                 logits = self.model(
                     input_ids=tokens,
@@ -125,16 +159,19 @@ class TransformersModel(LanguageModel):
         if num_drafts == 1:
             return super().score_drafts(cache, pending, pending_valid, drafts)
         pend_valid = torch.ones_like(pending, dtype=torch.bool) if pending_valid is None else pending_valid
-        held = cache.valid.sum(1, keepdim=True)  # [B, 1]
+        held = torch.tensor(cache.held)[:, None]  # [B, 1]
         pending_positions = (held + torch.cumsum(pend_valid, 1) - 1).clamp(min=0)  # [B, m]
         start = held + pend_valid.sum(1, keepdim=True)  # [B, 1]: position of every draft's first token
+        if self.max_length is not None and int(start.max()) + length > self.max_length:
+            raise ValueError(f"sequence longer than the model's context of {self.max_length} tokens")
         draft_positions = start + torch.arange(length).repeat(num_drafts)  # [B, K L]
         chunk = torch.cat([pending, drafts.reshape(rows, num_drafts * length)], 1)  # [B, S]
         chunk_valid = torch.cat([pend_valid, torch.ones(rows, num_drafts * length, dtype=torch.bool)], 1)
-        old_valid = cache.valid
-        cache.tokens = torch.cat([cache.tokens, chunk.masked_fill(~chunk_valid, 0)], 1)
-        cache.valid = torch.cat([old_valid, chunk_valid], 1)
-        mask = _tree_mask(old_valid, pend_valid, num_drafts, length, self.model.dtype)
+        width = cache.width
+        cache.append(chunk, chunk_valid, chunk_valid.sum(1).tolist())
+        mask = tree_mask(cache.valid[:, :width], pend_valid, num_drafts, length)
+        if self._weights is None:
+            mask = additive(mask, self.model.dtype)
         logits = self._run(cache, chunk, torch.cat([pending_positions, draft_positions], 1), mask,
                            num_drafts * length + 1)  # [B, 1 + K L, V]: last pending, then every draft token
         cache.scoring = (num_drafts, length)
@@ -149,102 +186,40 @@ class TransformersModel(LanguageModel):
             return super().keep_draft(cache, choice, accepted)
         num_drafts, length = cache.scoring
         cache.scoring = None
-        start = cache.tokens.shape[1] - num_drafts * length  # first draft slot
+        start = cache.width - num_drafts * length  # first draft slot
         rows, steps = torch.nonzero(torch.arange(length)[None, :] < accepted[:, None], as_tuple=True)
         source = start + choice[rows] * length + steps
         target = start + steps
         with torch.inference_mode():
-            for layer in cache.backend.layers:
-                layer.keys[rows, :, target] = layer.keys[rows, :, source]
-                layer.values[rows, :, target] = layer.values[rows, :, source]
-        cache.tokens[rows, target] = cache.tokens[rows, source]
-        cache.valid[:, start:] = False
-        cache.valid[rows, target] = True
-        cache.tokens = cache.tokens.masked_fill(~cache.valid, 0)
+            if self._static:
+                cache.backend.move(rows, source, target)
+            else:
+                for layer in cache.backend.layers:
+                    layer.keys[rows, :, target] = layer.keys[rows, :, source]
+                    layer.values[rows, :, target] = layer.values[rows, :, source]
+        tokens, valid = cache.tokens, cache.valid
+        tokens[rows, target] = tokens[rows, source]
+        valid[:, start:] = False
+        valid[rows, target] = True
+        tokens[:, start:].masked_fill_(~valid[:, start:], 0)
+        cache.held = [h - num_drafts * length + a for h, a in zip(cache.held, accepted.tolist())]
         self._drop_empty_columns(cache)
 
     def _reindex(self, cache: Cache, rows: torch.Tensor) -> None:
         with torch.inference_mode():
-            cache.backend.batch_select_indices(rows)
+            if self._static:
+                cache.backend.select(rows)
+            else:
+                cache.backend.batch_select_indices(rows)
 
     def _truncate(self, cache: Cache, num_slots: int) -> None:
+        if self._static:
+            cache.backend.crop(num_slots)
+            return
         removed = cache.backend.get_seq_length() - num_slots
         if removed > 0:
             with torch.inference_mode():
                 cache.backend.crop(-removed)  # transformers 5: a negative count removes that many
 
     def backend_length(self, cache: Cache) -> int:
-        return cache.backend.get_seq_length()
-
-
-def _attention_mask(valid: torch.Tensor, num_new: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask [B, 1, S, T]: query slot i (the last S slots) sees valid slots j <= i, and
-    always itself, so a padding query has a finite output (it is never attended to)."""
-    width = valid.shape[1]
-    query_slots = torch.arange(width - num_new, width)[:, None]  # [S, 1]
-    key_slots = torch.arange(width)[None, :]  # [1, T]
-    allowed = ((key_slots <= query_slots)[None] & valid[:, None, :]) | (key_slots == query_slots)[None]  # [B, S, T]
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[:, None]
-
-
-def _tree_mask(old_valid: torch.Tensor, pending_valid: torch.Tensor, num_drafts: int, length: int,
-               dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask [B, 1, S, T] for pending tokens [B, m] followed by K drafts of L tokens: every
-    query sees the row's valid slots; pending tokens are causal among themselves; draft k's token i
-    sees the valid pending tokens and draft k's tokens 0..i; every query sees itself."""
-    rows, width = old_valid.shape
-    m = pending_valid.shape[1]
-    size = m + num_drafts * length
-    query = torch.arange(size)
-    draft_of = torch.cat([torch.full((m,), -1), torch.arange(num_drafts).repeat_interleave(length)])  # [S]
-    causal = query[None, :] <= query[:, None]  # [S, S]
-    same_draft = draft_of[:, None] == draft_of[None, :]
-    to_pending = (draft_of[None, :] == -1).expand(size, size)
-    inside = causal & (same_draft | to_pending)  # [S, S]
-    chunk_valid = torch.cat([pending_valid, torch.ones(rows, num_drafts * length, dtype=torch.bool)], 1)
-    allowed = torch.cat([old_valid[:, None, :].expand(rows, size, width), inside[None] & chunk_valid[:, None, :]], 2)
-    allowed = allowed | torch.cat([torch.zeros(size, width, dtype=torch.bool), torch.eye(size, dtype=torch.bool)], 1)
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[:, None]  # [B, 1, S, T]
-
-
-def _lean_gpt2(model: Any) -> bool:
-    """Whether :func:`_gpt2_forward` computes exactly what this model's forward computes."""
-    config = model.config
-    return (
-        type(model).__name__ == "GPT2LMHeadModel"
-        and config.activation_function == "gelu_new"
-        and config.scale_attn_weights
-        and not config.scale_attn_by_inverse_layer_idx
-        and not config.reorder_and_upcast_attn
-        and not config.add_cross_attention
-        and not model.training
-    )
-
-
-def _gpt2_forward(model: Any, cache: Any, tokens: torch.Tensor, positions: torch.Tensor,
-                  mask: torch.Tensor | None, num_logits: int) -> torch.Tensor:
-    """GPT-2 (Radford et al. 2019): pre-layer-norm blocks, attention then MLP with tanh-GELU, final
-    layer norm, tied output embedding. ``tokens`` and ``positions`` [B, S]; ``mask`` additive
-    [B, 1, S, T] or None (only for S = 1 without holes). Returns logits [B, num_logits, V]."""
-    import torch.nn.functional as F
-
-    body = model.transformer
-    rows, size = tokens.shape
-    heads = model.config.n_head
-    x = body.wte.weight[tokens] + body.wpe.weight[positions]  # [B, S, E]
-    width = x.shape[-1]
-    for index, block in enumerate(body.h):
-        h = F.layer_norm(x, (width,), block.ln_1.weight, block.ln_1.bias, block.ln_1.eps)
-        qkv = torch.addmm(block.attn.c_attn.bias, h.reshape(-1, width), block.attn.c_attn.weight)  # [B S, 3E]
-        q, k, v = qkv.view(rows, size, 3, heads, width // heads).permute(2, 0, 3, 1, 4)  # [B, H, S, E/H] each
-        k, v = cache.layers[index].update(k, v)  # [B, H, T, E/H]
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, S, E/H]
-        attended = attended.transpose(1, 2).reshape(-1, width)  # [B S, E]
-        x = x + torch.addmm(block.attn.c_proj.bias, attended, block.attn.c_proj.weight).view(rows, size, width)
-        h = F.layer_norm(x, (width,), block.ln_2.weight, block.ln_2.bias, block.ln_2.eps)
-        h = F.gelu(torch.addmm(block.mlp.c_fc.bias, h.reshape(-1, width), block.mlp.c_fc.weight), approximate="tanh")
-        x = x + torch.addmm(block.mlp.c_proj.bias, h, block.mlp.c_proj.weight).view(rows, size, width)
-    x = F.layer_norm(x[:, -num_logits:], (width,), body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
-    return model.lm_head(x)  # [B, num_logits, V]; through the module so forward hooks see x (SPRINTER's features)
+        return cache.backend.length if self._static else cache.backend.get_seq_length()
