@@ -1,4 +1,5 @@
-"""Probability vectors: validation, warping (temperature, top-k, top-p) and small helpers.
+"""Probability vectors: validation, warping (temperature, top-k, top-p) and the correction
+distribution's fallback.
 
 Validation never renormalises or clips: a distribution that is wrong is an error, reported with
 what is wrong and where.
@@ -14,7 +15,7 @@ __all__ = [
     "check_distributions",
     "sum_tolerance",
     "warp",
-    "total_variation",
+    "residual_or_target",
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
@@ -98,6 +99,13 @@ def warp(
     return probs
 
 
-def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """TV distance along the last axis: 1/2 sum |a - b| (= 1 - sum min(a, b))."""
-    return 0.5 * (a - b).abs().sum(dim=-1)
+def residual_or_target(residual: torch.Tensor, target_row: torch.Tensor) -> torch.Tensor:
+    """The weights a correction token is drawn from: ``residual`` [V] when its mass is positive,
+    else ``target_row`` [V].
+
+    Every verifier draws its correction token from a residual such as (T - D)_+ that has positive
+    mass whenever a rejection has positive probability. A zero mass means T = D at this node to
+    float precision: the rejection had probability 0 and was reached by rounding, and the target's
+    row is the law the token must have there.
+    """
+    return residual if bool(residual.sum() > 0) else target_row

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BranchingSource", "Coins", "bernoulli", "categorical"]
+__all__ = ["BranchingSource", "Coins", "bernoulli", "categorical", "sample"]
 
 
 class BranchingSource:
@@ -54,6 +54,20 @@ class Coins:
         return self._uniforms[index] < prob
 
 
+def _inverse_cdf(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of the non-negative ``weights`` [N, V] (rows with positive mass), drawn by
+    inverse CDF in float64: u ~ U[0, 1) times the row's mass, the first index whose cumulative
+    weight exceeds it. An index of zero weight is never returned."""
+    cdf = torch.cumsum(weights.to(torch.float64), -1)  # [N, V]
+    u = torch.rand(weights.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]  # [N, 1]
+    index = torch.searchsorted(cdf, u, right=True)[:, 0]  # [N]
+    beyond = index >= weights.shape[-1]
+    if bool(beyond.any()):  # u * total rounded up to the total: the last index with positive weight
+        last = weights.shape[-1] - 1 - torch.argmax(weights.flip(-1).gt(0).to(torch.int8), -1)
+        index = torch.where(beyond, last, index)
+    return index
+
+
 def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> int:
     """One index drawn with probability proportional to the non-negative ``weights`` [V].
 
@@ -62,12 +76,12 @@ def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSou
     """
     if isinstance(generator, BranchingSource):
         return generator.categorical(weights)
-    cdf = torch.cumsum(weights.to(torch.float64), dim=-1)  # [V]
-    total = cdf[-1]
-    if not total > 0:
+    if not bool(weights.sum() > 0):
         raise ValueError("categorical: all weights are zero (nothing to sample)")
-    u = torch.rand((), generator=generator, dtype=torch.float64) * total
-    index = int(torch.searchsorted(cdf, u, right=True))
-    if index >= cdf.numel():  # u * total rounded up to total: take the last index with weight
-        index = int(torch.nonzero(weights > 0)[-1])
-    return index
+    return int(_inverse_cdf(weights.reshape(1, -1), generator)[0])
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of ``probs`` [N, V] (the decoding loop's draws; ``torch.multinomial`` is
+    several times slower on CPU at V in the thousands). Same inverse CDF as :func:`categorical`."""
+    return _inverse_cdf(probs, generator)

@@ -13,9 +13,37 @@ from typing import Any
 import torch
 
 from .. import rng
+from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 
-__all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain"]
+__all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain", "acceptance_probability", "correction_token", "speculative_step"]
+
+
+def acceptance_probability(target_at: torch.Tensor, draft_at: torch.Tensor, withheld: float) -> torch.Tensor:
+    """(1 - lambda) min(T(x), D(x)) / D(x) = (1 - lambda) min(1, T(x)/D(x)) at drafted tokens x
+    (seed 000, Proposition 3.2; lambda = ``withheld``, 0 for Leviathan et al. 2023)."""
+    return (1.0 - withheld) * torch.clamp(target_at / draft_at, max=1.0)
+
+
+def correction_token(target_row: torch.Tensor, draft_row: torch.Tensor, withheld: float, generator) -> int:
+    """The correction token after a rejection: z ~ (r + sigma) / (TV + eps) with r = (T - D)_+,
+    sigma = lambda min(T, D) (seed 000, Proposition 3.2; lambda = ``withheld``); lambda = 0 is
+    Leviathan et al. (2023), Algorithm 1: norm((T - D)_+). Rows ``[V]``."""
+    residual = torch.clamp(target_row - draft_row, min=0.0)  # r
+    if withheld:
+        residual = residual + withheld * torch.minimum(target_row, draft_row)  # r + sigma
+    return rng.categorical(residual_or_target(residual, target_row), generator)
+
+
+def speculative_step(token: int, draft_row: torch.Tensor, target_row: torch.Tensor, generator) -> tuple[int, bool]:
+    """The speculative-sampling test at one position (Leviathan et al. 2023, Algorithm 1): keep the
+    drafted ``token`` with probability min(1, T/D), else a :func:`correction_token`. Rows ``[V]``.
+    Returns (emitted token, whether the drafted one was kept). SPRINTER checks its "no" tokens
+    with it (seed 003, Algorithm 2)."""
+    accept = acceptance_probability(target_row[token], draft_row[token], 0.0)
+    if bool(rng.bernoulli(accept.reshape(1), generator)[0]):
+        return token, True
+    return correction_token(target_row, draft_row, 0.0, generator), False
 
 
 def token_chain(
@@ -40,7 +68,7 @@ def token_chain(
     at = draft_tokens.unsqueeze(-1)  # [L, 1]
     draft_at = draft_probs.gather(-1, at).squeeze(-1)  # [L]  D(x_i | x^{i-1}) > 0
     target_at = target_probs[:length].gather(-1, at).squeeze(-1)  # [L]  T(x_i | x^{i-1})
-    accept_prob = (1.0 - withheld) * torch.clamp(target_at / draft_at, max=1.0)  # [L]
+    accept_prob = acceptance_probability(target_at, draft_at, withheld)  # [L]
     accepted = rng.bernoulli(accept_prob, generator)  # [L] bool
     rejected = torch.nonzero(~accepted)
     n = int(rejected[0]) if rejected.numel() else length
@@ -48,14 +76,7 @@ def token_chain(
     if n == length:
         tokens.append(rng.categorical(target_probs[length], generator))  # bonus token
         return tokens, n
-    target_row, draft_row = target_probs[n], draft_probs[n]  # [V]
-    residual = torch.clamp(target_row - draft_row, min=0.0)  # r
-    if withheld:
-        residual = residual + withheld * torch.minimum(target_row, draft_row)  # r + sigma
-    if not bool(residual.sum() > 0):
-        # T == D to float precision: a rejection had probability 0 and happened by rounding
-        residual = target_row
-    tokens.append(rng.categorical(residual, generator))  # correction token
+    tokens.append(correction_token(target_probs[n], draft_probs[n], withheld, generator))
     return tokens, n
 
 
