@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from draftverify.approx import LinearClassifier
-from draftverify.approx.features import draft_fingerprint
+from draftverify.models.hidden import draft_fingerprint
 from draftverify.models.hf import TransformersModel
 from draftverify.cli import main
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from draftverify import theory
-from draftverify.approx import FeatureSpec, LinearClassifier, Sprinter
-from draftverify.approx.features import draft_fingerprint
+from draftverify.approx import FeatureSpec, LinearClassifier, Sprinter, load_classifier
+from draftverify.models.hidden import draft_fingerprint
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import ToyModel, tiny_causal_lm
@@ -89,7 +89,7 @@ def test_transformers_pair_caches_stats_and_log(tmp_path):
     classifier = LinearClassifier(np.r_[np.zeros(hidden_size), 1.0, 0.0], 3.7, np.zeros(hidden_size + 2),
                                   np.ones(hidden_size + 2), FeatureSpec(), 1.2, hidden_size)
     path = classifier.save(tmp_path / "classifier.json")
-    config = DecodeConfig("sprinter", draft_length=5, max_new_tokens=20, options={"classifier": str(path)})
+    config = DecodeConfig("sprinter", draft_length=5, max_new_tokens=20, options={"classifier": load_classifier(path)})
     prompts = [[3, 4, 5], [7, 8], [9, 10, 11, 12]]
     decoder = Decoder(target, draft, prompts, config)
     steps = []

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from draftverify import get_verifier, rng, theory
-from draftverify.approx import RateClassifier, Sprinter
+from draftverify.approx import RateClassifier, Sprinter, load_classifier
 from draftverify.testing import MarkovModel, check_exactness, decode_known_law, exact_sequence_law, goodness_of_fit, random_pair
 from draftverify.verify import VerifyResult
 
@@ -123,8 +123,12 @@ def test_bad_options_and_inputs():
         RateClassifier(1.2)
     with pytest.raises(ValueError, match="yes_probability"):
         Sprinter(classifier=3)
+    with pytest.raises(ValueError, match="yes_probability"):
+        Sprinter(classifier="/nonexistent/classifier.json")  # a path is not read here: the verifier is pure
+    with pytest.raises(ValueError, match="yes_probability"):
+        get_verifier("sprinter")  # the classifier is an argument
     with pytest.raises(FileNotFoundError):
-        Sprinter(classifier="/nonexistent/classifier.json")
+        load_classifier("/nonexistent/classifier.json")
     with pytest.raises(ValueError, match="does not take"):
         get_verifier("sprinter", lam=1)
     with pytest.raises(ValueError, match="test device"):

@@ -1,4 +1,4 @@
-"""`draftverify bench speed` and `engine.compare` run end to end (smoke runs on tiny models; the
+"""`draftverify bench speed` and `bench.compare` run end to end (smoke runs on tiny models; the
 numbers are a benchmark's business, not a test's)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import torch
 
 from draftverify.cli import main
-from draftverify.engine.compare import compare
+from draftverify.bench.compare import compare
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 

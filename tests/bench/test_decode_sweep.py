@@ -10,7 +10,7 @@ from draftverify.bench.decode import build_outputs
 from draftverify.bench.probes import first_token_deviation
 from draftverify.bench.prompts import MIXED, load_prompts
 from draftverify.bench.summary import summarize
-from draftverify.bench.sweep import RunConfig, Sweep, parse_method, run_sweep
+from draftverify.bench.sweep import RunConfig, Sweep, read_method, run_sweep
 from draftverify.models import ToyModel
 from draftverify.testing import random_pair
 from tests.engine.test_engine_exactness import AcceptAll  # the engine tests' broken twin
@@ -106,11 +106,14 @@ def test_first_token_deviation_detects_an_inexact_verifier(models):
 
 
 def test_method_specs_and_grid_errors():
-    assert parse_method("ot:solver=lp:tol=0.001") == ("ot", (("solver", "lp"), ("tol", 0.001)))
+    assert read_method("ot(solver=lp,tol=0.001)") == ("ot", (("solver", "lp"), ("tol", 0.001)))
     with pytest.raises(ValueError, match="unknown verifier"):
-        parse_method("nope")
+        read_method("nope")
     with pytest.raises(ValueError, match="does not take"):
-        parse_method("sd:fraction=0.5")
+        read_method("sd(fraction=0.5)")
+    with pytest.raises(ValueError, match="grid"):
+        read_method("kseq(K=2)")
+    assert RunConfig("ot", (("solver", "lp"),), 2, 4, 1.0, None, "draft").label == "ot(solver=lp)@draft K=2 L=4 T=1"
     labels = [c.label for c in Sweep(methods=("ar", "sd", "kseq"), num_drafts=(3,)).configs()]
     assert labels == ["ar T=1", "sd@draft K=1 L=4 T=1", "kseq@draft K=3 L=4 T=1"]  # single-draft: K = 1 only
     assert RunConfig("kseq", (), 3, 4, 0.4, None, "draft").label == "kseq@draft K=3 L=4 T=0.4"

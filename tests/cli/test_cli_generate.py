@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from draftverify.cli import main
-from draftverify.cli._options import parse_options
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 
 
@@ -36,6 +35,9 @@ def test_streams_text_then_footer_with_speedup(folders, capsys):
     [
         (["--method", "nope"], "unknown verifier"),
         (["--method", "sd", "--option", "lam=1"], "does not take"),
+        (["--method", "sd", "--option", "validate=maybe"], "option validate expects a bool"),
+        (["--method", "ot(tol=abc)"], "option tol expects a float"),
+        (["--method", "sd", "--option", "validate"], "is not KEY=VALUE"),
         (["--method", "sd", "--drafts", "3"], "takes one draft"),
         (["--method", "ar", "--draft-length", "3"], "takes no drafts"),
         (["--draft", "WIDE"], "vocabulary"),
@@ -53,8 +55,3 @@ def test_bad_input_is_one_line_and_exit_code_2(folders, capsys, extra, message):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err and "Traceback" not in err
 
-
-def test_parse_options():
-    assert parse_options(["lam=0.5", "n=3", "mode=fast"]) == {"lam": 0.5, "n": 3, "mode": "fast"}
-    with pytest.raises(ValueError):
-        parse_options(["lam"])

@@ -160,7 +160,7 @@ def test_seeded_toy_runs_are_identical(pair):
 def test_sample_draws_each_row_from_its_distribution():
     from scipy import stats
 
-    from draftverify.engine.decoder import sample
+    from draftverify.rng import sample
 
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0, 1.0], [0.1, 0.6, 0.3, 0.0]], dtype=torch.float32)
     generator = torch.Generator().manual_seed(0)

@@ -23,8 +23,8 @@ import torch
 
 from .. import theory
 from ..models.base import LanguageModel
+from ..models.hidden import HiddenStateTap
 from ..probs import warp
-from .features import HiddenStateTap
 
 __all__ = ["PositionAudit", "Audit", "audit_positions", "summarise"]
 

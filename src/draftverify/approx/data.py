@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..engine.decoder import sample
 from ..models.base import LanguageModel
+from ..models.hidden import HiddenStateTap
 from ..probs import warp
-from .features import FeatureSpec, HiddenStateTap
+from ..rng import sample
+from .features import FeatureSpec
 
 __all__ = ["PREFIX_KINDS", "SprinterData", "collect"]
 

@@ -2,19 +2,17 @@
 
 The seed feeds its classifier "the last embedding of the previous token": the draft's last hidden
 state at the position whose output distribution the token x was drawn from (the input of the
-draft's output layer). Two optional scalar features carry what that state does not know, which
+draft's output layer, recorded by :class:`draftverify.models.hidden.HiddenStateTap`). Two optional scalar features carry what that state does not know, which
 token was drawn: the log draft probability log D(x | prefix), and the entropy of D(. | prefix).
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-__all__ = ["FeatureSpec", "build_features", "HiddenStateTap", "draft_fingerprint"]
+__all__ = ["FeatureSpec", "build_features"]
 
 
 @dataclass(frozen=True)
@@ -64,41 +62,3 @@ def build_features(
     if not bool(torch.isfinite(features).all()):
         raise ValueError("features contain NaN or infinite values")
     return features
-
-
-class HiddenStateTap:
-    """Records the input of a ``transformers`` model's output layer on every forward: the last
-    hidden state (after the final norm) at the positions whose logits are computed.
-
-    Use as a context manager around forwards: ``with tap: model.forward(...)``; then ``tap.last``
-    is ``[B, num_logits, H]``. The hook only keeps a reference: no extra computation.
-    """
-
-    def __init__(self, model: Any):
-        module = getattr(model, "model", model)  # a TransformersModel or a bare transformers model
-        head = module.get_output_embeddings() if hasattr(module, "get_output_embeddings") else None
-        if head is None:
-            raise ValueError(f"{type(model).__name__} has no output layer to read hidden states from")
-        self.head = head
-        self.hidden_size = int(head.weight.shape[1])
-        self.last: torch.Tensor | None = None
-        self._handle = None
-
-    def _record(self, module, inputs, output) -> None:
-        self.last = inputs[0]
-
-    def __enter__(self) -> HiddenStateTap:
-        self.last = None
-        self._handle = self.head.register_forward_hook(self._record)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._handle.remove()
-        self._handle = None
-
-
-def draft_fingerprint(model: Any) -> str:
-    """A short hash of the draft's output layer: a classifier trained on one draft's hidden states
-    means nothing for another, and the engine refuses the pairing (see ``SprinterLog``)."""
-    head = HiddenStateTap(model).head.weight.detach().to(torch.float32).contiguous()
-    return hashlib.sha256(head.numpy().tobytes()).hexdigest()[:16]

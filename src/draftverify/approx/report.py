@@ -19,8 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..verify.sprinter import Sprinter
 from .audit import audit_positions, summarise
-from .sprinter import Sprinter
+from .load import load_classifier
 
 __all__ = ["ReportSettings", "run_report", "default_thresholds", "CodeTokenizer"]
 
@@ -86,7 +87,8 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=CodeTokenizer())
     methods: list[tuple[str, Any, int | None, int]] = [("ar", "ar", None, settings.seed), ("sd", "sd", settings.draft_length, settings.seed),
                                                        ("sd (seed + 1)", "sd", settings.draft_length, settings.seed + 1)]
-    thresholds = settings.thresholds or default_thresholds(Sprinter(classifier=classifier).classifier)
+    classifier = load_classifier(classifier)
+    thresholds = settings.thresholds or default_thresholds(classifier)
     verifiers = {t: Sprinter(threshold=t, classifier=classifier) for t in thresholds}
     methods += [(f"sprinter tau={t:g}", verifiers[t], settings.sprinter_cap, settings.seed) for t in thresholds]
     records: dict[str, dict[str, Any]] = {name: dict(tokens=0, seconds=0.0, target_calls=0, texts=[], audits=[]) for name, *_ in methods}

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--field", default="text", help="JSONL field holding the prompt (default text)")
     parser.add_argument("--num-prompts", type=int, default=d["num_prompts"], help="first N prompts of the set (default 3)")
     parser.add_argument("--methods", nargs="+", default=d["methods"],
-                        help="ar and verifier names, options as name:key=value (e.g. ot:solver=gr)")
+                        help="ar and verifiers, options in parentheses (e.g. ot(solver=gr,tol=1e-4))")
     parser.add_argument("--num-drafts", type=int, nargs="+", default=d["num_drafts"], help="values of K (single-draft methods use K = 1)")
     parser.add_argument("--draft-lengths", type=int, nargs="+", default=d["draft_lengths"], help="values of L")
     parser.add_argument("--temperatures", type=float, nargs="+", default=d["temperatures"], help="0 adds the greedy equality check")

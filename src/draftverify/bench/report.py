@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..engine.compare import format_table
+from .compare import format_table
 
 __all__ = ["markdown", "console_table"]
 

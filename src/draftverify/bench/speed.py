@@ -1,7 +1,7 @@
 """`draftverify bench speed`: tokens/s of ar, sd, bv (transformer and n-gram drafts) and of
 ``transformers``' own assisted generation, on HumanEval prompts, in one run.
 
-Rows ``kseq:K`` add K i.i.d. drafts (SpecTr K-SEQ) scored by one target forward.
+Rows ``kseq(K=4)`` add K i.i.d. drafts (SpecTr K-SEQ) scored by one target forward.
 Methods run one after the other on each prompt (so load drifts hit all of them alike), seeded per
 prompt. Reported per method: tokens/s and its ratio to ``ar`` measured in the same run, acceptance
 (accepted / (steps L)), tokens per target call, the draft/target cost ratio c = seconds per
@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..engine.compare import format_table, run_spec
+from .compare import format_table, run_spec
 from ..verify import verifiers
 
 SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     target, drafts, tokenizer = _models(args)
     specs = list(SPECS)
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
-        specs += [f"kseq:{args.multi}", f"kseq:{args.multi}@ngram"]
+        specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
     specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
     prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.prompts)]
     settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, draft_length=args.draft_length)

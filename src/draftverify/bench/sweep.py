@@ -24,26 +24,20 @@ import torch
 
 from ..engine import AR, stream
 from ..models.base import LanguageModel
-from ..verify import get_verifier, verifiers
+from ..verify import MethodSpec, get_verifier, parse_method, verifiers
 from .probes import HeapPeak, count_ot_fallbacks, weight_bytes
 
-__all__ = ["RunConfig", "Sweep", "SweepResult", "parse_method", "measure", "run_sweep"]
+__all__ = ["RunConfig", "Sweep", "SweepResult", "read_method", "measure", "run_sweep"]
 
 
-def parse_method(spec: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """``"ot:solver=gr:tol=0.001"`` -> ("ot", (("solver", "gr"), ("tol", 0.001))); checked against
-    the registry (unknown names or options raise ``ValueError``)."""
-    name, *parts = spec.split(":")
-    options = []
-    for part in parts:
-        key, sep, text = part.partition("=")
-        if not sep or not key:
-            raise ValueError(f"method {spec!r}: options are written name:key=value, got {part!r}")
-        try:
-            value: Any = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        options.append((key, value))
+def read_method(spec: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """``"ot(solver=gr,tol=0.001)"`` -> ("ot", (("solver", "gr"), ("tol", 0.001))), in the method
+    grammar of :mod:`draftverify.verify.spec`; checked against the registry (unknown names or
+    options raise ``ValueError``). K, L and the draft come from the grid, not from the spec."""
+    parsed = parse_method(spec)
+    if parsed.num_drafts is not None or parsed.draft_length is not None or parsed.draft is not None:
+        raise ValueError(f"method {spec!r}: K, L and the draft are set by the sweep's grid (--num-drafts, --draft-lengths, --drafts)")
+    name, options = parsed.name, list(parsed.options.items())
     if name == AR:
         if options:
             raise ValueError("method 'ar' takes no options")
@@ -66,7 +60,7 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        name = self.method + "".join(f":{k}={v}" for k, v in self.options)
+        name = str(MethodSpec(self.method, dict(self.options)))
         if self.method == AR:
             return f"{name} T={self.temperature:g}"
         return f"{name}@{self.draft} K={self.num_drafts} L={self.draft_length} T={self.temperature:g}"
@@ -85,7 +79,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Sweep:
-    """The grid; ``methods`` are specs as :func:`parse_method` reads them."""
+    """The grid; ``methods`` are specs as :func:`read_method` reads them."""
 
     methods: tuple[str, ...] = (AR, "sd", "bv")
     num_drafts: tuple[int, ...] = (1,)
@@ -106,7 +100,7 @@ class Sweep:
             raise ValueError("methods, drafts and seeds must not be empty")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        object.__setattr__(self, "parsed", tuple(parse_method(m) for m in dict.fromkeys(self.methods)))
+        object.__setattr__(self, "parsed", tuple(read_method(m) for m in dict.fromkeys(self.methods)))
 
     def configs(self) -> list[RunConfig]:
         """Every configuration: ``ar`` first at each temperature (the baseline must exist);

@@ -1,20 +1,32 @@
-"""Parsing of repeatable ``KEY=VALUE`` verifier options on the command line."""
+"""The method of a command line: ``--method`` in the grammar of :mod:`draftverify.verify.spec`,
+plus repeatable ``--option KEY=VALUE`` typed by the same parser."""
 
 from __future__ import annotations
 
-import ast
+import dataclasses
+
+from ..verify import MethodSpec, parse_method, typed_options
+from ..verify.base import _REGISTRY, _ensure_loaded
 
 
-def parse_options(items: list[str]) -> dict[str, object]:
-    """``["fraction=0.5", "solver=lp"]`` -> ``{"fraction": 0.5, "solver": "lp"}`` (Python literals
-    where they parse, strings otherwise)."""
-    options: dict[str, object] = {}
-    for item in items:
+def method_from_args(method: str, option_items: list[str]) -> MethodSpec:
+    """``--method`` and its ``--option KEY=VALUE`` items as one :class:`MethodSpec`.
+
+    A verifier that takes a ``classifier`` (SPRINTER) gets the one named by its option loaded by
+    :func:`draftverify.approx.load_classifier` (the embedded pair's when none is given).
+    """
+    spec = parse_method(method)
+    pairs = []
+    for item in option_items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"option {item!r} is not KEY=VALUE")
-        try:
-            options[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            options[key] = value
-    return options
+        pairs.append((key.strip(), value.strip()))
+    options = {**spec.options, **typed_options(spec.name, pairs)}
+    _ensure_loaded()
+    cls = _REGISTRY.get(spec.name)
+    if cls is not None and "classifier" in {f.name for f in dataclasses.fields(cls)}:
+        from ..approx.load import load_classifier
+
+        options["classifier"] = load_classifier(options.get("classifier"))
+    return dataclasses.replace(spec, options=options)

@@ -7,7 +7,7 @@ import json
 
 from ..testing import check_exactness, random_pair
 from ..verify import get_verifier
-from ._options import parse_options
+from ._options import method_from_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Exactness check: chi-square p-value of the law of the first N decoded tokens "
         "against the target's exact law (a correct verifier gives p spread uniformly on [0, 1]).",
     )
-    parser.add_argument("name", help="verifier name (see `draftverify list`)")
+    parser.add_argument("name", help="verifier (see `draftverify list`), e.g. sd or submaximal(fraction=0.5)")
     parser.add_argument("--drafts", type=int, default=1, help="K, number of i.i.d. drafts")
     parser.add_argument("--draft-length", type=int, default=2, help="L, tokens per draft")
     parser.add_argument("--samples", type=int, default=20000, help="decoded sequences")
@@ -33,13 +33,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    options = parse_options(args.option)
-    if args.fraction is not None:
-        options["fraction"] = args.fraction
-    verifier = get_verifier(args.name, **options)
+    method = method_from_args(args.name, args.option + ([f"fraction={args.fraction}"] if args.fraction is not None else []))
+    options = method.options
+    verifier = get_verifier(method.name, **options)
     pair = random_pair(vocab_size=args.vocab, order=args.order, seed=args.seed)
     report = check_exactness(
-        verifier, pair, num_drafts=args.drafts, draft_length=args.draft_length,
+        verifier, pair, num_drafts=args.drafts if method.num_drafts is None else method.num_drafts,
+        draft_length=args.draft_length if method.draft_length is None else method.draft_length,
         num_tokens=args.tokens, samples=args.samples, seed=args.seed,
     )
     if args.json:

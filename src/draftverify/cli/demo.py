@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_models:
         from transformers.utils import logging as hf_logging
 
-        from ..engine import compare
+        from ..bench.compare import compare
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()

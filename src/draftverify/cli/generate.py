@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ._options import parse_options
+from ._options import method_from_args
 
 __all__ = ["add_parser", "run"]
 
@@ -14,11 +14,12 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("generate", help="generate text with draft-then-verify decoding (default: the embedded pair)")
     parser.add_argument("prompt", help="the prompt text")
-    parser.add_argument("--method", default="bv", help="'ar' or a verifier name (see `draftverify list`); default bv")
+    parser.add_argument("--method", default="bv",
+                        help="'ar' or a verifier (see `draftverify list`), e.g. bv, ot(solver=gr,tol=1e-4), kseq(K=4); default bv")
     parser.add_argument("--drafts", type=int, default=None, help="K, number of i.i.d. drafts (default 1)")
     parser.add_argument("--draft-length", type=int, default=None, help="L, tokens per draft (default 4)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a verifier option, e.g. --option lam=0.5 (repeatable)")
+                        help="a verifier option, same as inside --method's parentheses, e.g. --option fraction=0.5 (repeatable)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
@@ -46,9 +47,11 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         max_new_tokens=args.max_new_tokens, stop=tuple(args.stop), seed=args.seed,
     )
-    config = DecodeConfig(args.method, num_drafts=args.drafts, draft_length=args.draft_length,
-                          options=parse_options(args.option), **settings)  # bad options fail before loading
-    pair = load_pair(args.target, args.draft)
+    method = method_from_args(args.method, args.option)
+    config = DecodeConfig(method.name, num_drafts=args.drafts if method.num_drafts is None else method.num_drafts,
+                          draft_length=args.draft_length if method.draft_length is None else method.draft_length,
+                          options=method.options, **settings)  # bad options fail before loading
+    pair = load_pair(args.target, args.draft or method.draft)
     prompt_ids = pair.tokenizer.encode(args.prompt)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")

@@ -76,8 +76,8 @@ def _train(args: argparse.Namespace) -> int:
     import torch
 
     from ..approx.data import SprinterData, collect
-    from ..approx.features import HiddenStateTap, draft_fingerprint
-    from ..approx.sprinter import DEFAULT_CLASSIFIER
+    from ..models.hidden import HiddenStateTap, draft_fingerprint
+    from ..approx.load import DEFAULT_CLASSIFIER
     from ..approx.train import TrainSettings, corpus_documents, plot_roc, train_all
 
     settings = TrainSettings(sequences_per_kind=args.sequences_per_kind, prefix_length=args.prefix_length,
@@ -104,9 +104,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from ..approx.load import DEFAULT_CLASSIFIER
     from ..approx.render import write_report
     from ..approx.report import ReportSettings, run_report
-    from ..approx.sprinter import DEFAULT_CLASSIFIER
 
     settings = ReportSettings(prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                               thresholds=tuple(args.thresholds) if args.thresholds else None,

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..probs import warp
-from ..verify import Verifier, get_verifier
+from ..verify import Verifier, get_verifier, parse_method
 
 __all__ = ["DecodeConfig", "AR"]
 
@@ -17,8 +17,10 @@ AR = "ar"  # plain autoregressive sampling from the target: the baseline every m
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """How to decode. ``method`` is ``"ar"`` or a registered verifier name (``options`` are its
-    options); ``num_drafts`` (K) and ``draft_length`` (L) default to 1 and 4 for verifiers and must
+    """How to decode. ``method`` is ``"ar"`` or a registered verifier in the method grammar of
+    :mod:`draftverify.verify.spec` (``"bv"``, ``"ot(solver=gr)"``, ``"kseq(K=4)"``; ``options`` are
+    more of its options, and after construction ``method`` is the bare name with every option in
+    ``options``); ``num_drafts`` (K) and ``draft_length`` (L) default to 1 and 4 for verifiers and must
     stay None for ``ar``. The same warping (temperature, top-k, top-p) is applied to draft and
     target: verifiers are exact for the warped target. ``method`` may also be a ``Verifier``
     instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
@@ -37,6 +39,8 @@ class DecodeConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.method, str):
+            self._read_method(self.method)
         warp(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)  # raises on bad warping options
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
@@ -56,6 +60,23 @@ class DecodeConfig:
             raise ValueError(f"draft_length must be >= 1, got {self.draft_length}")
         if self.drafts > 1 and not verifier.multi_draft:
             raise ValueError(f"verifier {self.name!r} takes one draft; num_drafts = {self.drafts} needs a multi-draft verifier")
+
+    def _read_method(self, text: str) -> None:
+        """Split a method written in the grammar into name, options, K and L (frozen: set once here)."""
+        spec = parse_method(text)
+        if spec.draft is not None:
+            raise ValueError(f"method {text!r}: the draft model is passed to the engine, not named with @")
+        for attr in ("num_drafts", "draft_length"):
+            written, given = getattr(spec, attr), getattr(self, attr)
+            if written is not None and given is not None and written != given:
+                raise ValueError(f"method {text!r} sets {attr} = {written} but {attr} = {given} was passed")
+            if written is not None:
+                object.__setattr__(self, attr, written)
+        clash = sorted(k for k in set(spec.options) & set(self.options) if spec.options[k] != self.options[k])
+        if clash:
+            raise ValueError(f"method {text!r} and options disagree on {', '.join(clash)}")
+        object.__setattr__(self, "method", spec.name)
+        object.__setattr__(self, "options", {**spec.options, **self.options})
 
     @property
     def speculative(self) -> bool:

@@ -14,6 +14,10 @@ One speculative step for R active prompts, K drafts of length L:
    caches to the committed length: the target holds every committed token but the last, the
    draft as many as it saw.
 
+That is the ``parallel`` step; a verifier declares which step it needs in its ``strategy`` trait
+(:data:`draftverify.verify.STRATEGIES`): ``gated`` verifiers (SPRINTER) draft until their classifier
+says "no" and call the target once (:mod:`.gated`). ``ar`` samples the target alone.
+
 Invariant (checked by :meth:`Decoder.check_caches`): each cache row holds a prefix of its
 prompt's committed tokens; the target's is all but the last one.
 """
@@ -28,11 +32,14 @@ import torch
 
 from ..models.base import Cache, LanguageModel
 from ..probs import warp
+from ..rng import sample
 from .config import DecodeConfig
+from .gated import gated_step
+from .pending import pending_count, pending_tokens
 from .stats import StepStats
 from .stopping import Stopper
 
-__all__ = ["Decoder", "RowStep", "sample"]
+__all__ = ["Decoder", "RowStep"]
 
 
 @dataclass(frozen=True)
@@ -98,17 +105,15 @@ class Decoder:
         """One decoding step for every active prompt."""
         if self.done:
             raise ValueError("decoding is finished")
-        if self.config.name == "sprinter":  # sequential approximate verification runs its own step
-            from .sprinter import sprinter_step
+        if not self.config.speculative:
+            return self._ar_step()
+        return self._gated_step() if self.verifier.strategy == "gated" else self._parallel_step()
 
-            return sprinter_step(self)
-        return self._speculative_step() if self.config.speculative else self._ar_step()
-
-    # --- the two kinds of step ----------------------------------------------------------------
+    # --- the kinds of step ----------------------------------------------------------------------
     def _ar_step(self) -> list[RowStep]:
         cfg = self.config
         start = time.perf_counter()
-        tokens, valid = _pending(self.committed, self.target_held, self.active)
+        tokens, valid = pending_tokens(self.committed, self.target_held, self.active)
         logits = self.target.forward(self.target_cache, tokens, valid, 1)[:, 0]  # [R, V]
         probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         sampled = sample(probs, self.generator).tolist()  # [R]
@@ -119,13 +124,19 @@ class Decoder:
             self.target_held[p] = len(self.committed[p])
         return self._commit([[t] for t in sampled], [], [stats] * len(self.active))
 
-    def _speculative_step(self) -> list[RowStep]:
+    def _gated_step(self) -> list[RowStep]:
+        step = gated_step(self)
+        for r, p in enumerate(self.active):
+            self.draft_held[p], self.target_held[p] = step.draft_held[r], step.target_held[r]
+        return self._commit(step.tokens, list(range(len(self.active))), step.stats)
+
+    def _parallel_step(self) -> list[RowStep]:
         cfg, k, length = self.config, self.config.drafts, self.config.length
         rows = len(self.active)
         expand = torch.arange(rows).repeat_interleave(k)  # [R K]: prompt row of each draft row
         start = time.perf_counter()
-        chunk, valid = _pending(self.committed, self.draft_held, self.active)
-        seen = [self.draft_held[p] + _count(chunk, valid, r) + length - 1 for r, p in enumerate(self.active)]
+        chunk, valid = pending_tokens(self.committed, self.draft_held, self.active)
+        seen = [self.draft_held[p] + pending_count(chunk, valid, r) + length - 1 for r, p in enumerate(self.active)]
         if k > 1:
             self.draft.reindex(self.draft_cache, expand)
             chunk, valid = chunk[expand], None if valid is None else valid[expand]
@@ -139,7 +150,7 @@ class Decoder:
             chunk, valid = draft_tokens[:, i : i + 1], None  # x_L itself is never fed to the draft
         draft_done = time.perf_counter()
 
-        pending, pending_valid = _pending(self.committed, self.target_held, self.active)
+        pending, pending_valid = pending_tokens(self.committed, self.target_held, self.active)
         logits = self.target.score_drafts(
             self.target_cache, pending, pending_valid, draft_tokens.reshape(rows, k, length)
         )  # [R, K, L + 1, V]
@@ -223,36 +234,3 @@ class Decoder:
                     assert held[p] == len(self.committed[p]) - 1, (p, held[p], len(self.committed[p]))
                 else:
                     assert held[p] <= len(self.committed[p]) - 1
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row of ``probs`` [N, V], by inverse CDF in float64 (``torch.multinomial`` is
-    several times slower on CPU at V in the thousands). A zero-probability index is never drawn."""
-    cdf = torch.cumsum(probs.to(torch.float64), -1)  # [N, V]
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]  # [N, 1]
-    index = torch.searchsorted(cdf, u, right=True)[:, 0]  # [N]
-    beyond = index >= probs.shape[-1]
-    if bool(beyond.any()):  # u * total rounded up to the total: the last index with positive probability
-        last = probs.shape[-1] - 1 - torch.argmax(probs.flip(-1).gt(0).to(torch.int8), -1)
-        index = torch.where(beyond, last, index)
-    return index
-
-
-def _pending(committed: list[list[int]], held: list[int], active: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The committed tokens each row's cache has not seen, left-padded: ``[R, m]`` and the valid
-    mask (None when no row is padded)."""
-    chunks = [committed[p][held[p] :] for p in active]
-    width = max(len(c) for c in chunks)
-    if all(len(c) == width for c in chunks):
-        return torch.tensor(chunks, dtype=torch.int64), None
-    tokens = torch.zeros(len(chunks), width, dtype=torch.int64)
-    valid = torch.zeros(len(chunks), width, dtype=torch.bool)
-    for r, chunk in enumerate(chunks):
-        tokens[r, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.int64)
-        valid[r, width - len(chunk) :] = True
-    return tokens, valid
-
-
-def _count(chunk: torch.Tensor, valid: torch.Tensor | None, row: int) -> int:
-    return chunk.shape[1] if valid is None else int(valid[row].sum())
-

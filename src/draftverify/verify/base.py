@@ -35,6 +35,7 @@ __all__ = [
     "get_verifier",
     "verifiers",
     "check_inputs",
+    "STRATEGIES",
 ]
 
 
@@ -71,12 +72,18 @@ class Verifier(ABC):
     can be turned off by a caller whose inputs are valid by construction (the decoding engine):
     shapes are still checked, the passes over the data (finite, non-negative, rows summing to one,
     drafted tokens with positive draft probability) are skipped.
+
+    ``strategy`` tells the decoding engine how to run one step for this verifier (one of
+    :data:`STRATEGIES`): ``"parallel"`` drafts K x L tokens, scores them all in one target forward
+    (a tree of the K drafts) and calls ``verify``; ``"gated"`` drafts one token at a time while the
+    verifier's ``yes_probability`` says "yes" and calls the target once, on the run.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     exact: ClassVar[bool]
     multi_draft: ClassVar[bool] = False
+    strategy: ClassVar[str] = "parallel"
     validate: bool = True
 
     def verify(
@@ -103,6 +110,8 @@ class Verifier(ABC):
     ) -> VerifyResult: ...
 
 
+STRATEGIES = ("parallel", "gated")
+
 _REGISTRY: dict[str, type[Verifier]] = {}
 
 
@@ -110,6 +119,8 @@ def register(cls: type[Verifier]) -> type[Verifier]:
     """Class decorator: make ``cls`` available to :func:`get_verifier` under ``cls.name``."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"verifier {cls.__name__} must be a dataclass (its fields are its options)")
+    if cls.strategy not in STRATEGIES:
+        raise ValueError(f"verifier {cls.name!r}: strategy must be one of {', '.join(STRATEGIES)}, got {cls.strategy!r}")
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"verifier name {cls.name!r} registered twice")
     _REGISTRY[cls.name] = cls
@@ -118,15 +129,23 @@ def register(cls: type[Verifier]) -> type[Verifier]:
 
 def _ensure_loaded() -> None:
     # importing the families registers them
-    from . import block, multiblock, multidraft, token  # noqa: F401
-    from ..approx import sprinter  # noqa: F401  (the approximate ``sprinter``)
+    from . import block, multiblock, multidraft, sprinter, token  # noqa: F401
 
 
 def get_verifier(name: str, **options: Any) -> Verifier:
     """The verifier registered as ``name``, configured with ``options``.
 
-    Unknown names and options raise ``ValueError`` listing what exists.
+    ``name`` may carry its options in the method grammar of :mod:`.spec`, e.g.
+    ``get_verifier("ot(solver=gr,tol=1e-4)")``. Unknown names and options raise ``ValueError``
+    listing what exists.
     """
+    if "(" in name or "@" in name:
+        from .spec import parse_method
+
+        spec = parse_method(name)
+        if spec.draft is not None or spec.num_drafts is not None or spec.draft_length is not None:
+            raise ValueError(f"{name!r}: K, L and @draft are decoding settings; get_verifier takes the verifier alone")
+        name, options = spec.name, {**spec.options, **options}
     _ensure_loaded()
     if name not in _REGISTRY:
         raise ValueError(f"unknown verifier {name!r}; known: {', '.join(sorted(_REGISTRY))}")

@@ -1,8 +1,8 @@
 """Side-by-side runs of several methods on one prompt (``make demo``; the speed benchmark's rows).
 
-A method spec is ``"ar"`` or ``name[:K][@draft]``: a verifier name, optionally its number of
-drafts and the draft to use (default ``"draft"``, the transformer draft), e.g. ``"bv"``,
-``"sd@ngram"``, ``"kseq:4@ngram"``.
+A method spec is ``"ar"`` or a verifier in the method grammar of :mod:`draftverify.verify.spec`,
+optionally with its number of drafts K and the draft to use after ``@`` (default ``"draft"``, the
+transformer draft), e.g. ``"bv"``, ``"sd@ngram"``, ``"kseq(K=4)@ngram"``.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ..engine import GenerationResult, generate
 from ..models.base import LanguageModel
-from .generate import generate
-from .stats import GenerationResult
+from ..verify import parse_method
 
 __all__ = ["MethodRun", "run_spec", "compare", "format_table"]
 
@@ -37,19 +37,17 @@ def run_spec(
     spec: str, target: LanguageModel, drafts: dict[str, LanguageModel], prompt_ids: list[int], **settings: Any
 ) -> MethodRun:
     """Run ``spec`` (see module doc) with ``drafts[name]`` as its draft (``"draft"`` by default)."""
-    head, _, draft_name = spec.partition("@")
-    method, _, count = head.partition(":")
-    draft_name = draft_name or "draft"
-    if method != "ar" and draft_name not in drafts:
+    parsed = parse_method(spec)
+    draft_name = parsed.draft or "draft"
+    if parsed.name != "ar" and draft_name not in drafts:
         raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
-    if method == "ar":
+    if parsed.name == "ar":
         settings = {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
-    elif count:
-        if not count.isdigit():
-            raise ValueError(f"{spec}: the number of drafts after ':' must be an integer")
-        settings = {**settings, "num_drafts": int(count)}
-    draft = drafts.get(draft_name) if method != "ar" else None
-    return MethodRun(spec, generate(target, draft, prompt_ids, method, **settings))
+    else:
+        written = {k: getattr(parsed, k) for k in ("num_drafts", "draft_length") if getattr(parsed, k) is not None}
+        settings = {**settings, **written, "options": parsed.options}
+    draft = drafts.get(draft_name) if parsed.name != "ar" else None
+    return MethodRun(spec, generate(target, draft, prompt_ids, parsed.name, **settings))
 
 
 def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:

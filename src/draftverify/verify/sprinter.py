@@ -2,9 +2,10 @@
 
 Seed 003, Algorithm 2 (its p is our target, q our draft): draft x ~ D; while the classifier says
 "yes" (score >= tau) keep x and draft on; at the first "no" call the target on that position only
-and apply the speculative-sampling step there: keep x with probability min(1, T(x)/D(x)), else emit
-a correction from norm((T - D)_+). Terms: *run* = the drafted tokens the classifier kept; the
-*checked token* = the one it said "no" to, kept or corrected by the target.
+and apply the speculative-sampling step there (:func:`draftverify.verify.token.speculative_step`):
+keep x with probability min(1, T(x)/D(x)), else emit a correction from norm((T - D)_+). Terms:
+*run* = the drafted tokens the classifier kept; the *checked token* = the one it said "no" to,
+kept or corrected by the target.
 
 Where ours differs from the seed: a run is capped at L tokens (the draft length); a run that
 reaches the cap ends with a target call that scores the run and samples one *bonus* token from
@@ -16,39 +17,26 @@ Law of one emitted token (seed 003, Theorem 3.1; our general form in
 classifier decides on has law T + eta (D - T)_+ - (T - D)_+ E / TV(T, D), E = sum eta (D - T)_+;
 (1 - eta_FP) T + eta_FP D when eta is eta_FP on every token with D > T. Bonus tokens have law T.
 
-Here the verifier contract's ``target_probs`` are all given, as in a test harness; the engine's
-``sprinter`` method (:mod:`draftverify.engine.sprinter`) calls the target only where needed.
+The classifier is an argument: any object with ``yes_probability`` (the trained
+:class:`draftverify.approx.LinearClassifier`, loaded by :func:`draftverify.approx.load_classifier`,
+or the :class:`RateClassifier` of given rates used to test the theory). Here the contract's
+``target_probs`` are all given, as in a test harness; the engine's ``gated`` step
+(:mod:`draftverify.engine.gated`) calls the target only where the classifier says "no".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from .. import rng
-from ..models.pair import ASSETS
-from ..verify.base import Verifier, VerifyResult, register
-from .classifier import LinearClassifier
+from .base import Verifier, VerifyResult, register
+from .token import speculative_step
 
-__all__ = ["Sprinter", "RateClassifier", "checked_token", "load_classifier", "DEFAULT_CLASSIFIER"]
-
-DEFAULT_CLASSIFIER = ASSETS / "sprinter" / "classifier.json"
-
-
-def load_classifier(classifier: Any = None) -> Any:
-    """A classifier object: ``None`` -> the shipped default for the embedded pair, a path -> the
-    saved :class:`LinearClassifier`, an object with ``yes_probability`` -> itself."""
-    if classifier is None:
-        return LinearClassifier.load(DEFAULT_CLASSIFIER)
-    if isinstance(classifier, (str, Path)):
-        return LinearClassifier.load(classifier)
-    if not callable(getattr(classifier, "yes_probability", None)):
-        raise ValueError(f"classifier: expected None, a path or an object with yes_probability, got {type(classifier).__name__}")
-    return classifier
+__all__ = ["Sprinter", "RateClassifier"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,40 +67,32 @@ class RateClassifier:
         return torch.where(unacceptable, rates[0], rates[1])  # [N] float64
 
 
-def checked_token(token: int, draft_row: torch.Tensor, target_row: torch.Tensor, generator) -> tuple[int, bool]:
-    """The speculative-sampling step at one position (Leviathan et al. 2023, Algorithm 1; seed 003,
-    Algorithm 2): keep ``token`` with probability min(1, T/D), else draw from norm((T - D)_+).
-    Returns (emitted token, whether the drafted one was kept)."""
-    ratio = target_row[token] / draft_row[token]
-    if bool(rng.bernoulli(torch.clamp(ratio, max=1.0).reshape(1), generator)[0]):
-        return token, True
-    residual = torch.clamp(target_row - draft_row, min=0.0)  # [V]
-    if not bool(residual.sum() > 0):  # T == D to float precision: the rejection came from rounding
-        residual = target_row
-    return rng.categorical(residual, generator), False
-
-
 @register
 @dataclass(frozen=True, eq=False)
 class Sprinter(Verifier):
     """``sprinter``: SPRINTER's approximate verification (seed 003, Algorithm 2; see module doc).
 
-    Options: ``threshold`` tau in [0, 1] (the classifier says "yes" when its score >= tau; the seed
-    uses 0.5), ``classifier`` (None: the one shipped with the embedded pair; a path to a saved one;
-    or an object with ``yes_probability``, e.g. :class:`RateClassifier`). NOT exact: the output law
-    deviates from the target's by sum_x eta(x) (D - T)_+(x) in TV per token.
+    Options: ``classifier`` (required: an object with ``yes_probability``, e.g. the trained one of
+    :func:`draftverify.approx.load_classifier` or a :class:`RateClassifier`), ``threshold`` tau in
+    [0, 1] (the classifier says "yes" when its score >= tau; the seed uses 0.5). NOT exact: the
+    output law deviates from the target's by sum_x eta(x) (D - T)_+(x) in TV per token.
     """
 
     name = "sprinter"
     description = "SPRINTER (approximate): a trained classifier decides, the target checks only its 'no' tokens"
     exact = False
+    strategy = "gated"
     threshold: float = 0.5
     classifier: Any = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= float(self.threshold) <= 1.0:
             raise ValueError(f"sprinter: threshold must lie in [0, 1], got {self.threshold}")
-        object.__setattr__(self, "classifier", load_classifier(self.classifier))
+        if not callable(getattr(self.classifier, "yes_probability", None)):
+            raise ValueError(
+                "sprinter: classifier must be an object with yes_probability, got "
+                f"{type(self.classifier).__name__}; draftverify.approx.load_classifier() loads a saved one"
+            )
         if not getattr(self.classifier, "scored", True) and self.threshold != 0.5:
             raise ValueError("sprinter: threshold applies to scored classifiers; this one has given rates")
 
@@ -130,5 +110,5 @@ class Sprinter(Verifier):
         j = int(no[0]) if no.numel() else length  # the run: x[:j]
         if j == length:
             return VerifyResult(x.tolist() + [rng.categorical(target[length], generator)], length, 0, None)  # bonus
-        token, _ = checked_token(int(x[j]), draft[j], target[j], generator)
+        token, _ = speculative_step(int(x[j]), draft[j], target[j], generator)
         return VerifyResult(x[:j].tolist() + [token], j, 0, None)
