@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BranchingSource", "Coins", "bernoulli", "categorical", "sample"]
+__all__ = ["BranchingSource", "Coins", "bernoulli", "categorical", "inverse_cdf", "sample"]
 
 
 class BranchingSource:
@@ -54,12 +54,12 @@ class Coins:
         return self._uniforms[index] < prob
 
 
-def _inverse_cdf(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One index per row of the non-negative ``weights`` [N, V] (rows with positive mass), drawn by
-    inverse CDF in float64: u ~ U[0, 1) times the row's mass, the first index whose cumulative
-    weight exceeds it. An index of zero weight is never returned."""
+def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The index of each row of the non-negative ``weights`` [N, V] (rows with positive mass) that
+    the uniform ``uniforms[n]`` in [0, 1) selects, in float64: the first index whose cumulative
+    weight exceeds u times the row's mass. An index of zero weight is never returned."""
     cdf = torch.cumsum(weights.to(torch.float64), -1)  # [N, V]
-    u = torch.rand(weights.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]  # [N, 1]
+    u = uniforms.to(torch.float64).reshape(-1, 1) * cdf[:, -1:]  # [N, 1]
     index = torch.searchsorted(cdf, u, right=True)[:, 0]  # [N]
     beyond = index >= weights.shape[-1]
     if bool(beyond.any()):  # u * total rounded up to the total: the last index with positive weight
@@ -78,10 +78,14 @@ def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSou
         return generator.categorical(weights)
     if not bool(weights.sum() > 0):
         raise ValueError("categorical: all weights are zero (nothing to sample)")
-    return int(_inverse_cdf(weights.reshape(1, -1), generator)[0])
+    return int(inverse_cdf(weights.reshape(1, -1), _uniforms(1, generator))[0])
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One index per row of ``probs`` [N, V] (the decoding loop's draws; ``torch.multinomial`` is
     several times slower on CPU at V in the thousands). Same inverse CDF as :func:`categorical`."""
-    return _inverse_cdf(probs, generator)
+    return inverse_cdf(probs, _uniforms(probs.shape[0], generator))
+
+
+def _uniforms(count: int, generator: torch.Generator | None) -> torch.Tensor:
+    return torch.rand(count, generator=generator, dtype=torch.float64)  # [count] in [0, 1)

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from ..rng import BranchingSource
+from ..rng import BranchingSource, inverse_cdf
+from ..verify.acceptance import pooled_acceptance, rejected_tests
 from .enumerate import enumerate_outcomes
 from .markov import KnownLawPair, random_pair
 
@@ -60,11 +61,8 @@ def _draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length:
             row = pair.draft.conditional(prefix + tokens[k, :i].tolist())
             if isinstance(source, BranchingSource):
                 tokens[k, i] = source.categorical(torch.from_numpy(row))
-            else:  # inverse CDF; a token of zero draft probability is never returned
-                cdf = np.cumsum(row)
-                tokens[k, i] = min(int(np.searchsorted(cdf, source.random() * cdf[-1], side="right")), len(row) - 1)
-                while row[tokens[k, i]] == 0:  # u * total rounded onto a flat stretch at the end
-                    tokens[k, i] -= 1
+            else:  # the numpy generator's uniform, through the one inverse CDF
+                tokens[k, i] = int(inverse_cdf(torch.from_numpy(row)[None], torch.tensor([source.random()]))[0])
     draft_probs = np.stack([pair.draft.conditionals(prefix, tokens[k, :-1]) for k in range(num_drafts)])
     target_probs = np.stack([pair.target.conditionals(prefix, tokens[k]) for k in range(num_drafts)])
     return torch.from_numpy(tokens), torch.from_numpy(draft_probs), torch.from_numpy(target_probs)
@@ -90,7 +88,7 @@ def decode_known_law(
         state = result.state
         calls += 1
         accepted += result.num_accepted
-        rejections += result.num_accepted < draft_length
+        rejections += rejected_tests([result.num_accepted], draft_length)
     return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted, rejections)
 
 
@@ -201,7 +199,7 @@ def check_exactness(
         dof=dof,
         tv=float(0.5 * np.abs(counts / samples - law).sum()),
         mean_accepted=accepted / calls,
-        acceptance_rate=accepted / (accepted + rejections) if accepted + rejections else 1.0,
+        acceptance_rate=pooled_acceptance(accepted, rejections),  # every call tests at least one token
         tokens_per_call=(accepted + calls) / calls,
         samples=samples,
         num_drafts=num_drafts,
