@@ -21,8 +21,9 @@ from typing import Any, Iterator
 
 import torch
 
-from .compare import format_table, run_spec
 from ..verify import verifiers
+from ..verify.acceptance import pooled_acceptance, rejected_tests
+from .compare import format_table, run_spec
 
 SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             _add(totals, spec, tokens=len(r.tokens), seconds=r.seconds, target_calls=r.target_calls,
                  target_seconds=r.target_seconds, draft_calls=r.draft_calls, draft_seconds=r.draft_seconds,
                  accepted=r.accepted, steps=len(r.steps),
-                 rejections=sum(s.accepted < args.draft_length for s in r.steps))
+                 rejections=rejected_tests((s.accepted for s in r.steps), args.draft_length))
         _add(totals, ASSISTED, **assisted(target, drafts["draft"], prompt_ids, seed=args.seed + i, **settings))
     report = _report(totals, args, target)
     text = json.dumps(report, indent=2)
@@ -179,9 +180,8 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
         if name == ASSISTED:
             acceptance = (per_call - 1) / args.draft_length  # transformers reports no rejections: per drafted token
         else:
-            # pooled over verified tokens (seed 002): one rejected test per step that kept < L tokens
-            tested = t["accepted"] + t.get("rejections", 0)
-            acceptance = t["accepted"] / tested if t.get("draft_calls") and tested else None
+            # pooled over verified tokens (seed 002), over every step of every prompt
+            acceptance = pooled_acceptance(t["accepted"], t.get("rejections", 0)) if t.get("draft_calls") else None
         rows.append(dict(
             method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3), tokens_per_second=speed,
             vs_ar=speed / ar_speed, acceptance=acceptance, tokens_per_target_call=per_call,

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 
+from ..verify.acceptance import pooled_acceptance, rejected_tests
 from ._options import method_from_args
 
 __all__ = ["add_parser", "run"]
@@ -77,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
               f"{num_tokens / max(target_calls, 1):.2f} tokens/target call"]
     if config.speculative:
         accepted = sum(s.accepted for s in steps)
-        rejections = sum(s.accepted < config.length for s in steps)
-        footer.insert(1, f"acceptance {accepted / max(accepted + rejections, 1):.2f} (K={config.drafts}, L={config.length})")
+        acceptance = pooled_acceptance(accepted, rejected_tests((s.accepted for s in steps), config.length)) or 0.0
+        footer.insert(1, f"acceptance {acceptance:.2f} (K={config.drafts}, L={config.length})")
     if args.compare_ar:
         ar = generate(pair.target, None, prompt_ids, "ar", tokenizer=pair.tokenizer, **settings)
         footer.append(f"ar {ar.tokens_per_second:.1f} tokens/s -> speedup {num_tokens / seconds / ar.tokens_per_second:.2f}x")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..verify.acceptance import pooled_acceptance, rejected_tests
+
 __all__ = ["StepStats", "GenerationResult"]
 
 
@@ -63,9 +65,7 @@ class GenerationResult:
         tokens after a rejection were never tested and are not counted. None for ar."""
         if not self.draft_length or not self.steps:
             return None
-        rejections = sum(s.accepted < self.draft_length for s in self.steps)
-        tested = self.accepted + rejections
-        return self.accepted / tested if tested else None
+        return pooled_acceptance(self.accepted, rejected_tests((s.accepted for s in self.steps), self.draft_length))
 
     @property
     def position_acceptance(self) -> list[float]:
