@@ -83,6 +83,21 @@ def test_kseq_acceptance_closed_form_and_guarantee(num_drafts):
     assert _acceptance(get_verifier("ot", solver="maxflow-cs"), target, draft, num_drafts) == pytest.approx(best, abs=1e-9)
 
 
+def test_kseq_rho_is_the_theorys_and_exactly_one_when_draft_equals_target():
+    from draftverify import theory
+
+    generator = np.random.default_rng(7)
+    target, draft = generator.dirichlet(np.ones(5), size=3), generator.dirichlet(np.ones(5), size=3)  # [3, V]
+    np.testing.assert_array_equal(kseq_rho(target, draft, 3), theory.kseq_rho(target, draft, 3))  # one implementation
+    rho = kseq_rho(target, draft, 3)
+    beta = np.minimum(draft, target / rho[:, None]).sum(-1)
+    assert np.all(1 - (1 - beta) ** 3 <= rho * beta) and np.all((rho >= 1) & (rho <= 3))  # the feasible side
+    # D = T: rho* = 1 up to float rounding of the sums, and K-SEQ keeps a candidate with probability 1
+    same = np.array([0.5, 0.25, 0.125, 0.125])
+    assert float(kseq_rho(same, same, 4)) == pytest.approx(1.0, abs=1e-4)
+    assert _acceptance(get_verifier("kseq"), same, same, 2) == pytest.approx(1.0, abs=1e-9)
+
+
 # --- broken twins: each must be caught -------------------------------------------------------
 
 

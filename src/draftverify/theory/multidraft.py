@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..verify.multidraft import kseq_rho as bisect_kseq_rho
 from . import _validate
 
 __all__ = [
@@ -23,9 +24,6 @@ __all__ = [
 KSEQ_GUARANTEE = 1 - 1 / np.e
 """K-SEQ accepts at least (1 - 1/e) alpha*(K): the approximation guarantee of Sun et al. (2023, SpecTr),
 as cited in seed 001 section 2."""
-
-_BISECTION_STEPS = 80  # [1, K] halved 80 times: below float64 resolution for any K < 2^20
-
 
 def _num_drafts(num_drafts) -> int:
     return int(_validate.count(num_drafts, "num_drafts", low=1))
@@ -45,25 +43,11 @@ def kseq_rho(target_probs, draft_probs, num_drafts) -> np.ndarray:
     """The K-SEQ scale rho* in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho) (Sun et al.
     2023; seed 004 section 3), by bisection, vectorised over leading axes.
 
-    1 - (1 - beta)^K is non-increasing and rho beta non-decreasing in rho, so the difference has
-    one sign change in [1, K]. The returned rho is on the feasible side (rho >= rho*, where
-    1 - (1 - beta)^K <= rho beta), as the residual max(T - rho D, 0) needs.
+    The bisection is the verifier's own (:func:`draftverify.verify.multidraft.kseq_rho`, on the
+    feasible side rho >= rho*); here the inputs are validated first.
     """
     target, draft = _validate.distribution_pair(target_probs, draft_probs)
-    k = _num_drafts(num_drafts)
-    low = np.ones(target.shape[:-1])
-    high = np.full(target.shape[:-1], float(k))
-
-    def excess(rho: np.ndarray) -> np.ndarray:
-        beta = np.minimum(draft, target / rho[..., None]).sum(axis=-1)
-        return 1 - (1 - beta) ** k - rho * beta
-
-    for _ in range(_BISECTION_STEPS):
-        middle = 0.5 * (low + high)
-        feasible = excess(middle) <= 0
-        high = np.where(feasible, middle, high)
-        low = np.where(feasible, low, middle)
-    return np.where(excess(low) <= 0, low, high)  # rho = 1 is feasible when D = T
+    return bisect_kseq_rho(target, draft, int(_num_drafts(num_drafts)))
 
 
 def kseq_acceptance(target_probs, draft_probs, num_drafts) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .. import ot, rng
+from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 
 __all__ = ["KSeq", "OptimalTransport", "kseq_rho", "multi_step"]
@@ -46,19 +47,33 @@ def multi_step(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_pro
     return VerifyResult(tokens=accepted + [bonus], num_accepted=length, draft_index=lead)
 
 
-def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int, iterations: int = 50) -> float:
-    """rho* of K-SEQ: the root of 1 - (1 - beta(rho))^m = rho beta(rho), beta(rho) = sum min(D, T/rho),
-    by bisection on [1, m], returned on the feasible side (left side <= right side), where the
-    general residual below is non-negative (the difference is decreasing in rho)."""
-    low, high = 1.0, float(num_drafts)
-    for _ in range(iterations):
+_BISECTION_STEPS = 80  # [1, K] halved 80 times: below float64 resolution for any K < 2^20
+
+
+def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarray:
+    """The K-SEQ scale rho* in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) =
+    sum_x min(D(x), T(x) / rho) (Sun et al. 2023, SpecTr; seed 004 section 3), by bisection,
+    vectorised over the leading axes of ``[..., V]`` float64 arrays (unchecked: validated callers
+    only; :func:`draftverify.theory.kseq_rho` checks its inputs and calls this).
+
+    1 - (1 - beta)^K is non-increasing and rho beta non-decreasing in rho, so the difference has
+    one sign change in [1, K]. The returned rho is on the feasible side (rho >= rho*, where
+    1 - (1 - beta)^K <= rho beta), as the general residual below needs; rho = 1 exactly when it is
+    feasible (D = T), so K-SEQ then accepts every candidate.
+    """
+    low = np.ones(target.shape[:-1])
+    high = np.full(target.shape[:-1], float(num_drafts))
+
+    def excess(rho: np.ndarray) -> np.ndarray:
+        beta = np.minimum(draft, target / rho[..., None]).sum(axis=-1)
+        return 1 - (1 - beta) ** num_drafts - rho * beta
+
+    for _ in range(_BISECTION_STEPS):
         middle = 0.5 * (low + high)
-        beta = float(np.minimum(draft, target / middle).sum())
-        if 1.0 - (1.0 - beta) ** num_drafts <= middle * beta:
-            high = middle
-        else:
-            low = middle
-    return high
+        feasible = excess(middle) <= 0
+        high = np.where(feasible, middle, high)
+        low = np.where(feasible, low, middle)
+    return np.where(excess(low) <= 0, low, high)
 
 
 def _kseq_position(target: torch.Tensor, draft: torch.Tensor, candidates: torch.Tensor, generator) -> int:
@@ -67,7 +82,7 @@ def _kseq_position(target: torch.Tensor, draft: torch.Tensor, candidates: torch.
     T - c min(D, T/rho), c = (1 - (1 - beta)^m) / beta (= (T - rho D)_+ at rho = rho*)."""
     target, draft = target.to(torch.float64), draft.to(torch.float64)
     m = candidates.numel()
-    rho = kseq_rho(target.numpy(), draft.numpy(), m) if m > 1 else 1.0
+    rho = float(kseq_rho(target.numpy(), draft.numpy(), m)) if m > 1 else 1.0
     accept = torch.clamp(target[candidates] / (rho * draft[candidates]), max=1.0)  # [m]
     hits = torch.nonzero(rng.bernoulli(accept, generator))
     if hits.numel():
@@ -76,9 +91,7 @@ def _kseq_position(target: torch.Tensor, draft: torch.Tensor, candidates: torch.
     beta = float(overlap.sum())
     scale = (1.0 - (1.0 - beta) ** m) / beta if beta > 0 else 0.0
     residual = torch.clamp(target - scale * overlap, min=0.0)  # >= 0 up to rounding on the feasible side
-    if not bool(residual.sum() > 0):  # T == D to float precision: rejection happened by rounding
-        residual = target
-    return rng.categorical(residual, generator)
+    return rng.categorical(residual_or_target(residual, target), generator)
 
 
 @register
