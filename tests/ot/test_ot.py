@@ -121,18 +121,18 @@ def test_outer_blocks_are_exercised_and_exact(target, draft, n):
 
 def test_generating_function_matches_enumeration():
     """The quadrature evaluation of Phi / Theta (value, gradient, Hessian-vector) equals the sum over sets."""
-    from draftverify.ot import _luce
+    from draftverify.ot import _luce, _objectives
 
     rng = np.random.default_rng(3)
     for slack, n in [(True, 2), (True, 4), (False, 3)]:
         draft = rng.dirichlet(np.ones(7)) * 0.6
         system = _luce.LuceSystem(draft, rng.dirichlet(np.ones(7)) * 0.3, 0.0 if slack else 0.4, slack, n)
         alpha, vector = rng.normal(size=7) * 2, rng.normal(size=7)
-        exact = _luce._Enumerated(system).evaluate(alpha, True)
-        quadrature = _luce._Generating(system).evaluate(alpha, True)
+        exact = _objectives._Enumerated(system).evaluate(alpha, True)
+        quadrature = _objectives._Generating(system).evaluate(alpha, True)
         assert quadrature[0] == pytest.approx(exact[0], abs=1e-7)
-        assert np.abs(quadrature[1] - exact[1]).sum() < _luce.QUADRATURE_ALLOWANCE
-        assert np.abs(_luce._hessian_product(quadrature[3], vector) - exact[3] @ vector).sum() < 1e-6
+        assert np.abs(quadrature[1] - exact[1]).sum() < _objectives.QUADRATURE_ALLOWANCE
+        assert np.abs(_objectives.hessian_product(quadrature[3], vector) - exact[3] @ vector).sum() < 1e-6
 
 
 def test_large_support_uses_the_generating_function_and_converges():

@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 from ._luce import QUADRATURE_ALLOWANCE, LuceSystem, solve_luce
+from ._objectives import exp_flushed
 from ._plan import Part
 from ._subset import Instance
 
@@ -71,7 +72,7 @@ def outer_part(instance: Instance, tol: float, max_iter: int) -> Part:
         logits = np.where(last, alpha[local], -np.inf)
         if not np.isfinite(logits.max()):
             return last / last.sum()
-        weights = np.exp(logits - logits.max())
+        weights = exp_flushed(logits - logits.max())  # [s] softmax of eq. 14, largest weight 1
         return weights / weights.sum()
 
     return Part("gr", allocate, intake, deviation, converged, time.perf_counter() - start)
@@ -87,7 +88,9 @@ def inner_part(instance: Instance, tol: float, max_iter: int) -> Part:
     alpha, intake, error, converged = solve_luce(system, tol, max_iter)
 
     def allocate(served: np.ndarray) -> np.ndarray:
-        weights = np.exp(alpha[instance.position[served]])  # [s] u_j (H* is the head of the ratio order)
-        return weights / (1.0 + weights.sum())
+        logits = alpha[instance.position[served]]  # [s] log u_j (H* is the head of the ratio order)
+        top = max(float(logits.max()), 0.0)  # shift by the largest of log 1 (the residual) and log u
+        weights = exp_flushed(logits - top)
+        return weights / (exp_flushed(np.array(-top))[()] + weights.sum())  # u_j / (1 + U(S)), eq. 17
 
     return Part("gr", allocate, intake, error + QUADRATURE_ALLOWANCE, converged, time.perf_counter() - start)
