@@ -20,7 +20,7 @@ import time
 import numpy as np
 from scipy import optimize, sparse
 
-from ._plan import Part
+from ._plan import Part, split_by_target
 from ._subset import Instance
 
 __all__ = ["solve_full", "outer_network", "inner_network", "set_masses", "subsets", "NetworkTooLarge"]
@@ -145,12 +145,23 @@ class Full:
     def conditional(self, drafts: np.ndarray) -> np.ndarray:
         local = self.position[drafts]
         index = int(np.ravel_multi_index(tuple(local), (self.instance.order.size,) * self.instance.num_drafts))
-        out = np.zeros(self.instance.vocab_size)
+        out = np.zeros(self.instance.vocab_size)  # [V]
         np.add.at(out, drafts, self.flows[index])
         total_residual = self.residual.sum()
-        if total_residual > 0:
-            out += self.draft_residual[index] * self.residual / total_residual
-        return out / out.sum()  # divides by Pdraft(w) up to the flow rounding
+        residual_law = self.residual / total_residual if total_residual > 0 else None  # ratio first: no overflow
+        if residual_law is not None:
+            out += self.draft_residual[index] * residual_law
+        total = out.sum()
+        if total > 0:
+            return out / total  # divides by Pdraft(w) up to the flow rounding
+        # Pdraft(w) underflowed (a product of masses below 1e-308) or its flow rounded away: the tuple
+        # carries no mass the solution can see, and sending it to the residual (or, with none, to its
+        # own tokens) moves the implied target by at most that mass
+        if residual_law is not None:
+            return residual_law
+        distinct = np.unique(drafts)
+        out[distinct] = split_by_target(self.instance.target[distinct])
+        return out
 
     def implied_target(self) -> np.ndarray:
         law = self.instance.target - self.residual

@@ -19,7 +19,6 @@ belong to one plan.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -27,7 +26,7 @@ import numpy as np
 
 from ._subset import Instance
 
-__all__ = ["TransportPlan", "Part", "Decomposed"]
+__all__ = ["TransportPlan", "Part", "Decomposed", "split_by_target"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,8 +48,27 @@ class Part:
     converged: bool
     seconds: float
 
+    @property
+    def trusted(self) -> bool:
+        """Converged, with a finite certified deviation and finite token totals. Written so that a
+        NaN anywhere fails it (a NaN compares as False, so ``not deviation > bound`` would pass)."""
+        return bool(self.converged and np.isfinite(self.deviation) and np.all(np.isfinite(self.intake)))
+
 
 PartSolver = Callable[[Instance], Part]
+
+
+def split_by_target(target: np.ndarray) -> np.ndarray:
+    """Shares for a tuple whose mass no solver resolved, among its distinct tokens (``target``: their
+    target masses): in proportion to the target, uniform if that is zero everywhere.
+
+    Used when a tuple's draft mass is below what the solver represents (a product of masses under
+    1e-308, or a network capacity under 2^-52) and no residual exists to take it. Any split among the
+    tuple's own tokens moves the implied target by at most that mass, so the plan stays exact to
+    float precision; what matters is that the conditional is a distribution, not 0/0.
+    """
+    total = float(target.sum())
+    return target / total if total > 0 else np.full(target.size, 1.0 / target.size)
 
 
 class Decomposed:
@@ -73,7 +91,7 @@ class Decomposed:
     def part(self, which: str) -> Part:
         if which not in self.parts:
             part = self._solvers[which](self.instance)
-            if not part.converged and self._fallbacks is not None:
+            if not part.trusted and self._fallbacks is not None:
                 spent = part.seconds
                 try:
                     exact = self._fallbacks[which](self.instance)
@@ -88,18 +106,19 @@ class Decomposed:
     def conditional(self, drafts: np.ndarray) -> np.ndarray:
         instance = self.instance
         positions = self.position[drafts]
-        out = np.zeros(instance.vocab_size)
+        out = np.zeros(instance.vocab_size)  # [V]
         distinct = np.unique(drafts)
         if positions.max() >= instance.h:  # the tuple leaves (H*)^n: outer system, eq. 14
             served = distinct[self.position[distinct] >= instance.h]
             out[served] = self.part("outer").allocate(served)
             return out
-        shares = self.part("inner").allocate(distinct)  # eq. 17
-        rest = 1.0 - shares.sum()
+        shares = self.part("inner").allocate(distinct)  # eq. 17: sums to <= 1, the rest is residual
+        accepted = float(shares.sum())
+        rest = 1.0 - accepted
         if rest > 0 and self.residual_total > 0:
-            out = self.residual * (rest / self.residual_total)  # eq. 8 / eq. 18
-        elif rest > 0:  # alpha* = 1 to float precision: no residual mass exists anywhere
-            shares = shares / shares.sum()
+            out = (self.residual / self.residual_total) * rest  # eq. 8 / eq. 18 (ratio first: no overflow)
+        elif rest > 0:  # alpha* = 1 to float precision: no residual mass exists, the tuple keeps all of it
+            shares = shares / accepted if accepted > 0 else split_by_target(instance.target[distinct])
         out[distinct] += shares
         return out
 
@@ -120,10 +139,11 @@ class Decomposed:
 
     def error_bound(self) -> float:
         """Seed 001 Lemma 6.6: outer deviation a and inner deviation b give <= a + 2b in target L1."""
-        return float(self.part("outer").deviation + 2.0 * self.part("inner").deviation)
+        bound = float(self.part("outer").deviation + 2.0 * self.part("inner").deviation)
+        return bound if np.isfinite(bound) else np.inf  # a NaN deviation certifies nothing
 
     def converged(self) -> bool:
-        return not self.used_fallback and all(part.converged for part in self.parts.values())
+        return not self.used_fallback and all(part.trusted for part in self.parts.values())
 
     def timings(self) -> dict[str, float]:
         return {name: part.seconds for name, part in self.parts.items()}
@@ -163,7 +183,11 @@ class TransportPlan:
         if np.any(self._draft[tokens] <= 0):
             bad = int(tokens[np.flatnonzero(self._draft[tokens] <= 0)[0]])
             raise ValueError(f"drafts: token {bad} has zero draft probability; it cannot have been drafted")
-        return self._solution.conditional(tokens.astype(np.int64))
+        criterion = self._solution.conditional(tokens.astype(np.int64))  # [V]
+        total = float(criterion.sum())  # NaN or inf anywhere makes the sum non-finite
+        if not (abs(total - 1.0) <= 1e-6 and criterion.min() >= 0):  # NaN fails both comparisons
+            raise RuntimeError(f"ot {self.method}: pi(. | {tokens.tolist()}) is not a distribution (sums to {total}); please report")
+        return criterion
 
     @property
     def acceptance(self) -> float:
@@ -190,8 +214,3 @@ class TransportPlan:
     def timings(self) -> dict[str, float]:
         return {"setup": self.setup_seconds, **self._solution.timings()}
 
-
-def timed(function: Callable, *args) -> tuple[object, float]:
-    start = time.perf_counter()
-    value = function(*args)
-    return value, time.perf_counter() - start
