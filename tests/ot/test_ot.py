@@ -173,6 +173,9 @@ def test_network_size_limit():
     [
         (np.array([0.5, 0.5]), np.array([0.5, 0.25, 0.25]), 2, {}, "V ="),
         (np.array([0.5, 0.6]), np.array([0.5, 0.5]), 2, {}, "sum to 1"),
+        (np.array([0.5, 0.5], dtype=np.float16), np.array([0.5, 0.5]), 2, {}, "float32 or float64"),
+        (np.array(["a", "b"]), np.array([0.5, 0.5]), 2, {}, "float array"),
+        (np.array([], dtype=np.float64), np.array([0.5, 0.5]), 2, {}, "empty"),
         (np.array([np.nan, 1.0]), np.array([0.5, 0.5]), 2, {}, "NaN"),
         (np.array([-0.5, 1.5]), np.array([0.5, 0.5]), 2, {}, "negative"),
         (np.array([[0.5, 0.5]]), np.array([0.5, 0.5]), 2, {}, "shape"),

@@ -1,8 +1,9 @@
 """Optimal transport for multi-draft verification with i.i.d. drafts (seed 001, Global Resolution).
 
 ``optimal_acceptance`` / ``optimal_subset``: alpha* and H* (Theorem 3.1). ``solve``: a
-:class:`TransportPlan` by ``lp``, ``maxflow``, ``maxflow-cs`` or ``gr``. Pure numpy/scipy (and
-OR-Tools for max-flow); arrays in, results out.
+:class:`TransportPlan` by ``lp``, ``maxflow``, ``maxflow-cs`` or ``gr``. numpy/scipy (and
+OR-Tools for max-flow); inputs are validated by :func:`draftverify.probs.check_distributions`;
+arrays in, results out.
 """
 
 from ._networks import NetworkTooLarge

@@ -11,25 +11,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+
+from ..probs import as_tensor, check_distributions
 
 __all__ = ["Instance", "make_instance", "optimal_acceptance", "optimal_subset"]
 
 
 def _as_distribution(probs, name: str) -> np.ndarray:
-    array = np.asarray(probs.detach().cpu().numpy() if hasattr(probs, "detach") else probs)
-    if array.dtype.kind != "f":
-        raise ValueError(f"{name}: expected a float array, got dtype {array.dtype}")
-    if array.ndim != 1 or array.size == 0:
-        raise ValueError(f"{name}: expected shape [V], got {array.shape}")
-    total = float(array.sum(dtype=np.float64))  # NaN or inf anywhere makes the sum non-finite
-    if not np.isfinite(total):
-        raise ValueError(f"{name}: contains NaN or infinite entries")
-    if array.min() < 0:
-        raise ValueError(f"{name}: contains negative entries")
-    tolerance = 1e-4 if array.dtype == np.float32 else 1e-6  # as draftverify.probs.sum_tolerance
-    if abs(total - 1.0) > tolerance:
-        raise ValueError(f"{name}: must sum to 1 (sums to {total:.8g}); nothing is renormalised for you")
-    return array.astype(np.float64)
+    """A float64 copy of one distribution [V], validated by :func:`draftverify.probs.check_distributions`
+    (float32/float64, finite, non-negative, summing to 1 within its tolerance; nothing renormalised)."""
+    if isinstance(probs, torch.Tensor):
+        tensor = probs.detach()
+    else:
+        try:
+            tensor = as_tensor(np.asarray(probs), name)
+        except TypeError:  # e.g. an object array, which torch cannot view
+            raise ValueError(f"{name}: expected a float array, got {type(probs).__name__}") from None
+    if tensor.dim() != 1:
+        raise ValueError(f"{name}: expected shape [V], got {tuple(tensor.shape)}")
+    check_distributions(tensor, name)
+    return tensor.cpu().numpy().astype(np.float64)
 
 
 @dataclass(frozen=True, eq=False)
