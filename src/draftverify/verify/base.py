@@ -129,7 +129,7 @@ def register(cls: type[Verifier]) -> type[Verifier]:
 
 def _ensure_loaded() -> None:
     # importing the families registers them
-    from . import block, multiblock, multidraft, sprinter, token  # noqa: F401
+    from . import block, multidraft, multidraft_bv, spectr_gbv, sprinter, token  # noqa: F401
 
 
 def get_verifier(name: str, **options: Any) -> Verifier:

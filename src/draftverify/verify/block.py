@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from .. import rng
+from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 
 __all__ = ["BlockVerification", "GreedyBlockVerification", "GBVState", "TargetModification", "last_success"]
@@ -37,14 +38,12 @@ def last_success(success_prob: Callable[[int], float], length: int, generator) -
     return 0
 
 
-def _final_token(tau, length, bonus_row, residual: Callable[[int], torch.Tensor], fallback_row, generator) -> int:
-    """The bonus token (tau = L) or the correction token drawn from ``residual(tau)``."""
+def _final_token(tau, length, bonus_row, residual: Callable[[int], torch.Tensor], target_row, generator) -> int:
+    """The bonus token (tau = L) or the correction token drawn from ``residual(tau)`` (the target's
+    row at tau when that residual has no mass)."""
     if tau == length:
         return rng.categorical(bonus_row, generator)
-    weights = residual(tau)
-    if not bool(weights.sum() > 0):  # zero residual mass: a branch of probability 0 reached by rounding
-        weights = fallback_row
-    return rng.categorical(weights, generator)
+    return rng.categorical(residual_or_target(residual(tau), target_row), generator)
 
 
 @register

@@ -17,7 +17,7 @@ from draftverify.testing.checker import _draw_drafts
 from draftverify.theory import kseq_acceptance
 from draftverify.ot import optimal_acceptance
 from draftverify.verify.base import VerifyResult
-from draftverify.verify.multiblock import _sequential_selector, selection_chain, sequential_selection, transport_selection
+from draftverify.verify.multidraft_bv import _sequential_selector, selection_chain, sequential_selection, transport_selection
 
 STRICT = 1e-3  # a correct verifier passes above this p-value (fixed seeds: deterministic)
 BROKEN = 1e-6  # the broken twin must fall below this one

@@ -20,7 +20,7 @@ from draftverify.bench.spectr_gbv import (
 from draftverify.testing import exact_output_law, exact_sequence_law, random_pair
 from draftverify.testing.checker import _draw_drafts
 from draftverify.theory import multidraft_acceptance, spectr_gbv_claimed_bound
-from draftverify.verify.multiblock import SpecTrGBVState
+from draftverify.verify.spectr_gbv import SpecTrGBVState
 
 
 def test_registered_as_not_exact():
