@@ -16,8 +16,9 @@ import torch
 from .. import rng
 from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
+from .modifications import ModificationStack
 
-__all__ = ["BlockVerification", "GreedyBlockVerification", "GBVState", "TargetModification", "last_success"]
+__all__ = ["BlockVerification", "GreedyBlockVerification", "GBVState", "last_success"]
 
 
 # below this many entries in an [L, V] block, bv computes all its rows at once (they fit in cache)
@@ -104,41 +105,24 @@ class BlockVerification(Verifier):
 
 
 @dataclass(frozen=True)
-class TargetModification:
-    """One pending GBV distribution modification.
+class GBVState(ModificationStack):
+    """``gbv``'s pending modifications. Each replaces the next ``remaining`` target conditionals by
+    norm((nu T_below(. | w) - D(. | w))_+), nu = ``weight`` * T_below(w) / D(w), where w is the path
+    drafted since the start of the current call and T_below is the target as modified by the older
+    pending modifications (seed 004 section 3.3; Sun et al. arXiv 2403.10444v1)."""
 
-    The next ``remaining`` target conditionals are replaced by
-    norm((nu T_below(. | w) - D(. | w))_+), nu = ``ratio`` * T_below(w) / D(w), where w is the
-    path drafted since the start of the current call and T_below is the target as modified by the
-    older pending modifications (seed 004 section 3.3; Sun et al. arXiv 2403.10444v1).
-    """
-
-    remaining: int
-    ratio: float
-
-
-@dataclass(frozen=True)
-class GBVState:
-    """The modifications still pending, oldest first. At most L - 1 are active at once."""
-
-    modifications: tuple[TargetModification, ...]
+    verifier = "gbv"
 
 
 def _modified_rows(x, draft, rows: list[torch.Tensor], modifications) -> list[list[torch.Tensor]]:
     """Apply the pending modifications in order to the target ``rows`` (in place, float64 where
     modified); return, per modification, the rows below it (needed to carry its ratio forward)."""
-    length = x.shape[0]
     below = []
     for mod in modifications:
-        if mod.remaining > length:
-            raise ValueError(
-                f"gbv: the state modifies {mod.remaining} positions but this draft has only L = {length}; "
-                "keep the draft length >= the previous one within a decoding"
-            )
         below.append(rows[: mod.remaining])
-        if mod.ratio == math.inf:  # (inf * T - D)_+ normalised is T itself
+        if mod.weight == math.inf:  # (inf * T - D)_+ normalised is T itself
             continue
-        nu = mod.ratio
+        nu = mod.weight
         for j in range(mod.remaining):
             row, draft_row = rows[j].double(), draft[j].double()
             weights = torch.clamp(nu * row - draft_row, min=0)
@@ -172,11 +156,9 @@ class GreedyBlockVerification(Verifier):
     exact = True
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
-        if state is not None and not isinstance(state, GBVState):
-            raise ValueError(f"gbv: state must be None or the GBVState of the previous call, got {type(state).__name__}")
-        modifications = state.modifications if state is not None else ()
         x, draft = draft_tokens[0], draft_probs[0]  # [L], [L, V]
         length = x.shape[0]
+        modifications = GBVState.pending(state, length)
         rows = list(target_probs[0].unbind(0))  # effective target conditionals, rows 0..L
         below = _modified_rows(x, draft, rows, modifications)
         xs = x.tolist()
@@ -210,20 +192,18 @@ class GreedyBlockVerification(Verifier):
 
 def _next_state(xs, draft, rows, below, modifications, nu, tau, last) -> GBVState | None:
     """Carry surviving modifications past the committed tokens x^tau, Y; push the new one."""
-    length = len(xs)
-    committed = tau + 1
 
     def ratio(numerator: float, denominator: float) -> float:
         return numerator / denominator if denominator > 0 else math.inf
 
-    carried = []
-    for mod, below_rows in zip(modifications, below):
-        if mod.remaining > committed:  # then tau < remaining <= L: rows 0..tau exist below it
-            factor = 1.0
-            for j in range(tau):
-                factor *= float(below_rows[j][xs[j]]) / float(draft[j, xs[j]])
-            factor *= ratio(float(below_rows[tau][last]), float(draft[tau, last]))
-            carried.append(TargetModification(mod.remaining - committed, mod.ratio * factor))
-    if tau < length - 1:  # a new modification covers the next L - tau - 1 positions
-        carried.append(TargetModification(length - tau - 1, nu[tau] * ratio(float(rows[tau][last]), float(draft[tau, last]))))
-    return GBVState(tuple(carried)) if carried else None
+    def carried(mod, below_rows) -> float:  # nu of mod along x^tau, Y under the rows below it
+        factor = 1.0
+        for j in range(tau):
+            factor *= float(below_rows[j][xs[j]]) / float(draft[j, xs[j]])
+        factor *= ratio(float(below_rows[tau][last]), float(draft[tau, last]))
+        return mod.weight * factor
+
+    return GBVState.after_call(
+        modifications, below, tau, len(xs), carried,
+        lambda: nu[tau] * ratio(float(rows[tau][last]), float(draft[tau, last])),
+    )

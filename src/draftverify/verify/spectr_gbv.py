@@ -16,8 +16,9 @@ import torch
 from .. import rng
 from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
+from .modifications import ModificationStack
 
-__all__ = ["SpecTrGBV", "SpecTrGBVState", "SpecTrGBVModification"]
+__all__ = ["SpecTrGBV", "SpecTrGBVState"]
 
 
 def _miss(target_joint: torch.Tensor, draft_joint: torch.Tensor, num_drafts: int) -> torch.Tensor:
@@ -27,25 +28,15 @@ def _miss(target_joint: torch.Tensor, draft_joint: torch.Tensor, num_drafts: int
 
 
 @dataclass(frozen=True)
-class SpecTrGBVModification:
-    """One pending distribution modification of seed 004 Algorithm 2.
+class SpecTrGBVState(ModificationStack):
+    """Seed 004 Algorithm 2's pending modifications. Each replaces the next ``remaining`` target
+    conditionals after the committed tokens c by q_new(x | u) proportional to
+    T(c u x) (1 - min(D(c u x) / T(c u x), 1))^K, joints from the start of the call that committed c
+    (u = tokens since then). Since T(c u x) = T(c) T(u x) and likewise for D, only ``weight`` =
+    D(c) / T(c) is kept; T is the target as modified by the older pending modifications
+    (Algorithm 3 line 6 feeds the modified q back in)."""
 
-    The next ``remaining`` target conditionals after the committed tokens c are replaced by
-    q_new(x | u) proportional to T(c u x) (1 - min(D(c u x) / T(c u x), 1))^K, joints from the start
-    of the call that committed c (u = tokens since then). Since T(c u x) = T(c) T(u x) and likewise
-    for D, only ``draft_over_target`` = D(c) / T(c) is kept; T is the target as modified by the older
-    pending modifications (Algorithm 3 line 6 feeds the modified q back in).
-    """
-
-    remaining: int
-    draft_over_target: float
-
-
-@dataclass(frozen=True)
-class SpecTrGBVState:
-    """Modifications still pending, oldest first (one can outlive the next call, as in ``gbv``)."""
-
-    modifications: tuple[SpecTrGBVModification, ...]
+    verifier = "spectr-gbv"
 
 
 def _path_joint(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -57,24 +48,18 @@ def _path_joint(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def _apply_modifications(tokens, draft, target, modifications, num_drafts):
     """Effective target [K, L+1, V] after the pending modifications (oldest first), and per
     modification the rows below it (the target as modified by the older ones)."""
-    length = tokens.shape[1]
     effective = target.clone()
     below = []
     for mod in modifications:
         rows = mod.remaining
-        if rows > length:
-            raise ValueError(
-                f"spectr-gbv: the state modifies {rows} positions but this draft has only L = {length}; "
-                "keep the draft length >= the previous one within a decoding"
-            )
         below.append(effective[:, :rows].clone())
-        if mod.draft_over_target == 0:  # D(c) = 0: the factor (1 - 0)^K leaves T as it is
+        if mod.weight == 0:  # D(c) = 0: the factor (1 - 0)^K leaves T as it is
             continue
         base = effective[:, :rows]  # [K, rows, V]
         t_joint = _path_joint(base, tokens)[:, :rows]  # [K, rows]  T(u_j) along each draft
         d_joint = _path_joint(draft[:, :rows], tokens)[:, :rows]
         d_next = d_joint[..., None] * draft[:, :rows]  # D(u_j x)
-        scaled = torch.where(d_next > 0, mod.draft_over_target * d_next, 0)  # D(c u x) / T(c); ratio may be inf
+        scaled = torch.where(d_next > 0, mod.weight * d_next, 0)  # D(c u x) / T(c); ratio may be inf
         weights = base * _miss(t_joint[..., None] * base, scaled, num_drafts)  # T(u_j x) (1 - min(.))^K
         mass = weights.sum(-1, keepdim=True)
         # zero mass: the path is impossible under the modified law; keep the row (never sampled)
@@ -115,13 +100,9 @@ class SpecTrGBV(Verifier):
     multi_draft = True
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
-        if state is not None and not isinstance(state, SpecTrGBVState):
-            raise ValueError(
-                f"spectr-gbv: state must be None or the SpecTrGBVState of the previous call, got {type(state).__name__}"
-            )
-        modifications = state.modifications if state is not None else ()
         tokens = draft_tokens
         num_drafts, length = tokens.shape
+        modifications = SpecTrGBVState.pending(state, length)
         draft = draft_probs.to(torch.float64)  # [K, L, V]
         target, below = _apply_modifications(tokens, draft, target_probs.to(torch.float64), modifications, num_drafts)
         t_joint = _path_joint(target[:, :length], tokens)  # [K, L+1]  T(x_k^i), i = 0..L
@@ -174,11 +155,6 @@ def _next_state(x, draft, target, below, modifications, tau, last) -> SpecTrGBVS
     def times(a: float, b: float) -> float:  # a zero draft joint wins over an infinite ratio
         return 0.0 if a == 0 or b == 0 else a * b
 
-    carried = [
-        SpecTrGBVModification(mod.remaining - committed, times(mod.draft_over_target, draft_over(rows)))
-        for mod, rows in zip(modifications, below)
-        if mod.remaining > committed
-    ]
-    if tau < length - 1:  # Algorithm 2: the next L - tau - 1 conditionals
-        carried.append(SpecTrGBVModification(length - tau - 1, draft_over(target)))
-    return SpecTrGBVState(tuple(carried)) if carried else None
+    return SpecTrGBVState.after_call(  # Algorithm 2's new one covers the next L - tau - 1 conditionals
+        modifications, below, tau, length, lambda mod, rows: times(mod.weight, draft_over(rows)), lambda: draft_over(target)
+    )
