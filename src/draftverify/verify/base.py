@@ -69,9 +69,11 @@ class Verifier(ABC):
 
     ``verify`` validates the inputs (see :func:`check_inputs`) and calls ``_verify`` with tensors of
     shapes ``[K, L]``, ``[K, L, V]`` and ``[K, L + 1, V]``. The option ``validate`` (default True)
-    can be turned off by a caller whose inputs are valid by construction (the decoding engine):
-    shapes are still checked, the passes over the data (finite, non-negative, rows summing to one,
-    drafted tokens with positive draft probability) are skipped.
+    can be turned off by a caller whose inputs are valid by construction: shapes, dtypes and token
+    ranges are still checked, the passes over the values (finite, non-negative, rows summing to
+    one, drafted tokens with positive draft probability) are skipped. ``multidraft-bv`` turns it
+    off for its inner ``bv`` call; the decoding engine leaves it on unless the method says
+    otherwise (``"sd(validate=false)"``).
 
     ``strategy`` tells the decoding engine how to run one step for this verifier (one of
     :data:`STRATEGIES`): ``"parallel"`` drafts K x L tokens, scores them all in one target forward
