@@ -33,7 +33,18 @@ def test_greedy_at_temperature_zero_is_the_target_greedy_decoding(models, draft_
     prompt = [3, 1, 4, 1, 5]
     result = generate(target, draft, prompt, "greedy", draft_length=draft_length, temperature=0, max_new_tokens=24)
     assert result.tokens == target_greedy(raw, prompt, 24)
-    assert result.target_calls < 24 or result.accepted == 0
+    # one target call per step; every step but the last commits its accepted tokens plus one
+    assert result.target_calls == len(result.steps)
+    assert all(s.committed == s.accepted + 1 for s in result.steps[:-1])
+    assert sum(s.committed for s in result.steps) == 24
+
+
+@pytest.mark.parametrize("draft_length", [1, 5])
+def test_greedy_with_the_target_as_its_own_draft_accepts_every_token(models, draft_length):
+    raw, target, _ = models
+    result = generate(target, target, [3, 1, 4], "greedy", draft_length=draft_length, temperature=0, max_new_tokens=24)
+    assert result.tokens == target_greedy(raw, [3, 1, 4], 24)
+    assert result.target_calls == -(-24 // (draft_length + 1))  # L accepted + 1 bonus token per call
 
 
 def test_greedy_batch_of_ragged_prompts(models):
@@ -129,8 +140,7 @@ class ReplicatedTarget(TransformersModel):
 
 def test_tree_scoring_decodes_like_replicated_rows(models):
     multi = [i.name for i in draftverify.verifiers() if i.multi_draft and i.exact]
-    if not multi:
-        pytest.skip("no multi-draft verifier registered")
+    assert multi, "no exact multi-draft verifier registered"
     raw, target, draft = models
     prompts = [[1, 2, 3], [4, 5]]
     runs = [

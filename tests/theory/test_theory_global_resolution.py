@@ -9,7 +9,7 @@ from _theory_models import random_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from draftverify import theory
+from draftverify import ot, theory
 
 
 def test_bounds_follow_lemma_6_6_arithmetic():
@@ -57,7 +57,6 @@ def test_theorem_r_1_bound_is_tight_for_one_erring_step_and_loose_when_errors_co
 
 
 def test_global_resolution_solver_respects_the_seed_bounds():
-    ot = pytest.importorskip("draftverify.ot")
     rng = np.random.default_rng(3)
     tau = 1e-3
     for _ in range(5):
@@ -69,7 +68,6 @@ def test_global_resolution_solver_respects_the_seed_bounds():
 
 
 def test_multi_step_error_of_global_resolution_decoding():
-    ot = pytest.importorskip("draftverify.ot")
     rng = np.random.default_rng(4)
     vocab, length, k, tau = 3, 2, 2, 1e-3
     target, draft = random_tables(rng, vocab, length), random_tables(rng, vocab, length)
