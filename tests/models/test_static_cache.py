@@ -84,3 +84,22 @@ def test_crop_moves_a_pointer_and_reindex_copies_only_when_rows_change(raw):
     assert cache.backend.keys[0] is keys
     model.reindex(cache, torch.tensor([1, 1]))
     assert cache.backend.keys[0] is not keys and cache.backend.capacity == 32
+
+
+def test_hooks_on_the_output_layer_see_its_input_and_the_packed_kernels_agree(raw):
+    from draftverify.models.gpt2 import onednn_packing
+
+    model = TransformersModel(raw)
+    assert (model._weights.blocks[0][2].packed is not None) == onednn_packing()  # float32: packed when possible
+    tokens = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(2))
+    plain = model.forward(model.new_cache(2), tokens, None, 3)  # [B, 3, V]: packed kernels (6 rows per call)
+    seen = []
+    handle = raw.lm_head.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    try:
+        hooked = model.forward(model.new_cache(2), tokens, None, 3)
+    finally:
+        handle.remove()
+    assert seen[0].shape == (2, 3, 32)
+    torch.testing.assert_close(hooked, plain, **TOL)
+    for b in range(2):
+        torch.testing.assert_close(plain[b, -1], alone(raw, tokens[b].tolist()), **TOL)

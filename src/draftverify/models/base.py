@@ -38,8 +38,9 @@ class Cache:
     """
 
     def __init__(self, batch_size: int, capacity: int, backend: Any = None):
-        self._tokens = torch.zeros(batch_size, capacity, dtype=torch.int64)  # [B, capacity]
-        self._valid = torch.zeros(batch_size, capacity, dtype=torch.bool)  # [B, capacity]
+        with torch.inference_mode(False):  # normal tensors: writable inside and outside inference mode
+            self._tokens = torch.zeros(batch_size, capacity, dtype=torch.int64)  # [B, capacity]
+            self._valid = torch.zeros(batch_size, capacity, dtype=torch.bool)  # [B, capacity]
         self.width = 0
         self.held = [0] * batch_size  # valid slots per row
         self.backend = backend
@@ -74,9 +75,10 @@ class Cache:
         if self.width + extra <= capacity:
             return
         capacity = max(2 * capacity, self.width + extra)
-        tokens = torch.zeros(self.batch_size, capacity, dtype=torch.int64)
-        valid = torch.zeros(self.batch_size, capacity, dtype=torch.bool)
-        tokens[:, : self.width], valid[:, : self.width] = self.tokens, self.valid
+        with torch.inference_mode(False):
+            tokens = torch.zeros(self.batch_size, capacity, dtype=torch.int64)
+            valid = torch.zeros(self.batch_size, capacity, dtype=torch.bool)
+            tokens[:, : self.width], valid[:, : self.width] = self.tokens, self.valid
         self._tokens, self._valid = tokens, valid
 
     def append(self, tokens: torch.Tensor, valid: torch.Tensor | None, counts: list[int]) -> None:
@@ -95,7 +97,8 @@ class Cache:
 
     def select_rows(self, rows: torch.Tensor, order: list[int]) -> None:
         """Keep rows ``rows`` [B'] (``order`` is the same as a list) of the table."""
-        self._tokens, self._valid = self._tokens.index_select(0, rows), self._valid.index_select(0, rows)
+        with torch.inference_mode(False):
+            self._tokens, self._valid = self._tokens.index_select(0, rows), self._valid.index_select(0, rows)
         self.held = [self.held[r] for r in order]
 
 

@@ -3,19 +3,26 @@ model's own parameters, without its per-call bookkeeping (argument checks, mask 
 objects), which dominates the cost of small models on a CPU.
 
 GPT-2 (Radford et al. 2019): pre-layer-norm blocks, attention then MLP with tanh-GELU, final layer
-norm, output embedding. The per-layer parameters are read once into :class:`GPT2Weights` (they are
-references to the model's tensors, not copies), so a call does no attribute lookups on modules.
+norm, output embedding. The parameters are read once into :class:`GPT2Weights`, so a call does no
+attribute lookups on modules. Each matrix product runs the kernel that was fastest for its row
+count on our CPU (``python -m draftverify.bench.model_cost``; one thread, 6 x 256 target): ``addmm``
+on the model's own [in, out] weight for one row; oneDNN's matmul on a prepacked copy for more rows
+(the packing ``torch.compile`` applies to frozen linear layers on CPU; 2-4x faster than ``addmm``
+at 5 rows); for the output layer, ``mm`` on a transposed copy for one row (2x faster than
+``F.linear``). The copies are taken once: wrap the model again if its weights change.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GPT2Weights", "KVWrite", "gpt2_forward", "is_lean_gpt2"]
+__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "onednn_packing"]
 
 # store a layer's new keys and values [B, H, S, D]; return the layer's keys and values so far [B, H, T, D]
 KVWrite = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -35,31 +42,78 @@ def is_lean_gpt2(model: Any) -> bool:
     )
 
 
+@cache
+def onednn_packing() -> bool:
+    """Whether oneDNN's prepacked linear kernels run here and agree with ``addmm`` (checked once;
+    without them every product takes ``addmm``, and a warning says so)."""
+    try:
+        weight, x = torch.randn(8, 4), torch.randn(3, 4)  # weight [out, in], x [N, in]
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
+        ok = torch.allclose(torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), x @ weight.t(), atol=1e-5)
+    except (AttributeError, RuntimeError) as error:
+        ok, reason = False, f"{type(error).__name__}: {error}"
+    else:
+        reason = "results differ from addmm"
+    if not ok:
+        warnings.warn(f"oneDNN packed linear layers unavailable ({reason}); multi-token calls use addmm", stacklevel=2)
+    return ok
+
+
+class Linear:
+    """``x @ weight + bias`` for x [N, in], weight [in, out], through the kernel fastest for N (module doc)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None = None):
+        self.weight, self.bias = weight, bias  # [in, out], [out] or None
+        self.packed = packed  # oneDNN's layout of weight.T, or None
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+        """Pack a float32 weight [in, out] when oneDNN can; others run ``addmm`` only."""
+        pack = weight.dtype == torch.float32 and onednn_packing()
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.t().contiguous(), 5) if pack else None
+        return cls(weight, bias, packed)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [N, in] -> [N, out]
+        if self.packed is not None and x.shape[0] > 1:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return torch.mm(x, self.weight) if self.bias is None else torch.addmm(self.bias, x, self.weight)
+
+
 @dataclass(frozen=True)
 class GPT2Weights:
-    """The parameters :func:`gpt2_forward` reads, per block as one tuple:
-    (ln_1 weight, ln_1 bias, qkv bias, qkv weight [E, 3E], out bias, out weight [E, E],
-    ln_2 weight, ln_2 bias, fc bias, fc weight [E, 4E], proj bias, proj weight [4E, E])."""
+    """What :func:`gpt2_forward` reads, per block as one tuple: (ln_1 weight, ln_1 bias, qkv
+    [E -> 3E], attention output [E -> E], ln_2 weight, ln_2 bias, fc [E -> 4E], proj [4E -> E])."""
 
     token_embedding: torch.Tensor  # [V, E]
     position_embedding: torch.Tensor  # [P, E]
-    blocks: tuple[tuple[torch.Tensor, ...], ...]
+    blocks: tuple[tuple[Any, ...], ...]
     final_norm: tuple[torch.Tensor, torch.Tensor]
     heads: int
     eps: float
-    head: torch.nn.Module  # the output layer, called as a module so forward hooks see its input
+    head: Linear  # the output layer, [E -> V]
+    head_module: torch.nn.Module  # called instead when it has forward hooks (they see its input)
 
     @classmethod
     def of(cls, model: Any) -> GPT2Weights:
         body = model.transformer
-        blocks = tuple(
-            (b.ln_1.weight, b.ln_1.bias, b.attn.c_attn.bias, b.attn.c_attn.weight, b.attn.c_proj.bias,
-             b.attn.c_proj.weight, b.ln_2.weight, b.ln_2.bias, b.mlp.c_fc.bias, b.mlp.c_fc.weight,
-             b.mlp.c_proj.bias, b.mlp.c_proj.weight)
-            for b in body.h
-        )
+        with torch.no_grad():
+            blocks = tuple(
+                (b.ln_1.weight, b.ln_1.bias, Linear.of(b.attn.c_attn.weight, b.attn.c_attn.bias),
+                 Linear.of(b.attn.c_proj.weight, b.attn.c_proj.bias), b.ln_2.weight, b.ln_2.bias,
+                 Linear.of(b.mlp.c_fc.weight, b.mlp.c_fc.bias), Linear.of(b.mlp.c_proj.weight, b.mlp.c_proj.bias))
+                for b in body.h
+            )
+            head_module = model.lm_head
+            head = Linear.of(head_module.weight.t().contiguous(), head_module.bias)
         return cls(body.wte.weight, body.wpe.weight, blocks, (body.ln_f.weight, body.ln_f.bias),
-                   model.config.n_head, model.config.layer_norm_epsilon, model.lm_head)
+                   model.config.n_head, model.config.layer_norm_epsilon, head, head_module)
+
+    def output(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits [B, N, V] of final hidden states x [B, N, E]."""
+        if self.head_module._forward_hooks or self.head_module._forward_pre_hooks:
+            return self.head_module(x)
+        return self.head(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], -1)
 
 
 def gpt2_forward(weights: GPT2Weights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
@@ -74,16 +128,13 @@ def gpt2_forward(weights: GPT2Weights, write: KVWrite, tokens: torch.Tensor, pos
     width = x.shape[-1]
     head_dim = width // weights.heads
     eps = weights.eps
-    for index, (n1w, n1b, qkv_b, qkv_w, out_b, out_w, n2w, n2b, fc_b, fc_w, proj_b, proj_w) in enumerate(weights.blocks):
+    for index, (n1w, n1b, qkv, out, n2w, n2b, fc, proj) in enumerate(weights.blocks):
         h = F.layer_norm(x, (width,), n1w, n1b, eps).view(-1, width)  # [B S, E]
-        qkv = torch.addmm(qkv_b, h, qkv_w)  # [B S, 3E]
-        q, k, v = qkv.view(rows, size, 3, weights.heads, head_dim).permute(2, 0, 3, 1, 4)  # [B, H, S, D] each
+        q, k, v = qkv(h).view(rows, size, 3, weights.heads, head_dim).permute(2, 0, 3, 1, 4)  # [B, H, S, D] each
         k, v = write(index, k, v)  # [B, H, T, D]
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, S, D]
-        attended = attended.transpose(1, 2).reshape(-1, width)  # [B S, E]
-        x = x + torch.addmm(out_b, attended, out_w).view(rows, size, width)
+        x = x + out(attended.transpose(1, 2).reshape(-1, width)).view(rows, size, width)
         h = F.layer_norm(x, (width,), n2w, n2b, eps).view(-1, width)
-        h = F.gelu(torch.addmm(fc_b, h, fc_w), approximate="tanh")  # [B S, 4E]
-        x = x + torch.addmm(proj_b, h, proj_w).view(rows, size, width)
+        x = x + proj(F.gelu(fc(h), approximate="tanh")).view(rows, size, width)  # MLP through [B S, 4E]
     x = F.layer_norm(x[:, -num_logits:], (width,), *weights.final_norm, eps)  # [B, num_logits, E]
-    return weights.head(x)  # [B, num_logits, V]
+    return weights.output(x)  # [B, num_logits, V]

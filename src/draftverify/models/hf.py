@@ -117,9 +117,8 @@ class TransformersModel(LanguageModel):
         if not self._static:
             return self._cache_class(config=self.model.config)
         config = self.config
-        with torch.inference_mode():
-            return StaticKV(config.n_layer, batch_size, config.n_head, config.n_embd // config.n_head,
-                            self._static_length, self.model.dtype)
+        return StaticKV(config.n_layer, batch_size, config.n_head, config.n_embd // config.n_head,
+                        self._static_length, self.model.dtype)
 
     def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
         size = tokens.shape[1]

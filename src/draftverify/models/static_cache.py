@@ -25,8 +25,9 @@ class StaticKV:
 
     def __init__(self, layers: int, batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype):
         shape = (batch, heads, capacity, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]  # [B, H, capacity, D] each
-        self.values = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]
+        with torch.inference_mode(False):  # normal tensors: writable inside and outside inference mode
+            self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]  # [B, H, capacity, D] each
+            self.values = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]
         self.length = 0
 
     @property
@@ -70,7 +71,8 @@ class StaticKV:
 
     def _moved(self, buffer: torch.Tensor, rows: torch.Tensor | None, capacity: int) -> torch.Tensor:
         batch, heads, _, head_dim = buffer.shape
-        out = torch.empty(batch if rows is None else rows.numel(), heads, capacity, head_dim, dtype=buffer.dtype)
-        used = buffer[:, :, : self.length]
-        out[:, :, : self.length] = used if rows is None else used.index_select(0, rows)
+        with torch.inference_mode(False):
+            out = torch.empty(batch if rows is None else rows.numel(), heads, capacity, head_dim, dtype=buffer.dtype)
+            used = buffer[:, :, : self.length]
+            out[:, :, : self.length] = used if rows is None else used.index_select(0, rows)
         return out
