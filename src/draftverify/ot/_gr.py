@@ -11,7 +11,7 @@ gradient of F is exactly the deviation of the token totals, so sum |grad| certif
 
 What we do differently from seed 001, and why:
 
-1. **No enumeration of sets for large systems** (``_luce``). Seed 001 sums over up to |T|^n / n!
+1. **No enumeration of sets for large systems** (``_objectives``). Seed 001 sums over up to |T|^n / n!
    grouped sets and truncates T to keep that small, which is where it fails (appendix K). We
    evaluate F, its gradient and Hessian-vector products through a generating function in O(J n^2)
    per quadrature node, so T = everything (no truncation error); small systems still enumerate.
@@ -23,6 +23,11 @@ What we do differently from seed 001, and why:
    with the earlier tokens as background.
 3. **Newton with the exact Hessian** (dense when enumerated, conjugate gradients on Hessian-vector
    products otherwise) and an Armijo line search, instead of 25 L-BFGS-B steps.
+4. **Log space.** The softmax weights of eq. 14 / 17 are handled through alpha = log u only: shares
+   are shifted log-sum-exps (below, and in ``_objectives``), the Newton start takes clamped logs of
+   masses that may be zero, so masses down to 1e-300, ties and zeros raise no floating-point
+   error; a NaN or infinite deviation never counts as converged (the exact fallback serves that
+   part).
 
 Stopping rule: sum |grad| <= ``tol`` per system, so the plan deviates from the target by at most
 3 tol in L1 and from alpha* by at most 2 tol (Lemma 6.6), inside the 15 tol / 10 tol of Algorithm 1.
