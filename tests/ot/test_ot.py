@@ -191,6 +191,16 @@ def test_bad_input_is_a_clear_value_error(target, draft, n, kwargs, match):
         ot.solve(target, draft, n, **kwargs)
 
 
+def test_inputs_may_be_lists_views_or_float32_tensors():
+    import torch
+
+    target, draft = _instance(2, 5)
+    alpha = ot.optimal_acceptance(target, draft, 2)
+    assert ot.optimal_acceptance(list(target[::-1]), draft[::-1], 2) == pytest.approx(alpha, abs=1e-12)
+    as_float32 = ot.optimal_acceptance(torch.from_numpy(target).float(), torch.from_numpy(draft).float(), 2)
+    assert as_float32 == pytest.approx(alpha, abs=1e-6)
+
+
 def test_conditional_rejects_impossible_tuples():
     plan = ot.solve(np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.5, 0.0]), 2, method="maxflow-cs")
     with pytest.raises(ValueError, match="zero draft probability"):

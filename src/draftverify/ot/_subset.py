@@ -25,7 +25,7 @@ def _as_distribution(probs, name: str) -> np.ndarray:
         tensor = probs.detach()
     else:
         try:
-            tensor = as_tensor(np.asarray(probs), name)
+            tensor = as_tensor(np.ascontiguousarray(probs), name)  # torch cannot view negative strides
         except TypeError:  # e.g. an object array, which torch cannot view
             raise ValueError(f"{name}: expected a float array, got {type(probs).__name__}") from None
     if tensor.dim() != 1:
