@@ -15,6 +15,7 @@ from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import ToyModel, tiny_causal_lm
 from draftverify.testing import MarkovModel, goodness_of_fit, random_pair
+from tests.factories import random_distributions
 
 VOCAB, NUM_TOKENS, SAMPLES = 3, 4, 2500
 STRICT, BROKEN = 1e-3, 1e-6
@@ -72,7 +73,7 @@ def test_engine_is_exact_when_the_classifier_never_says_yes(pair):
 
 def test_yes_all_tokens_agrees_with_the_decisions_on_drawn_tokens():
     torch.manual_seed(0)
-    probs = torch.softmax(torch.randn(6, 5, dtype=torch.float64), -1)
+    probs = torch.from_numpy(random_distributions(0, 6, 5))
     hidden = torch.randn(6, 4, dtype=torch.float64)
     spec = FeatureSpec()
     classifier = LinearClassifier(np.array([0.3, -1.0, 0.5, 0.2, 1.2, -0.7]), 0.1, np.full(6, 0.1), np.full(6, 2.0), spec, 1.2, 4)

@@ -10,11 +10,12 @@ import numpy as np
 from hypothesis import strategies as st
 
 from draftverify.testing import MarkovModel
+from tests.factories import random_distributions
 
 
 def random_tables(rng: np.random.Generator, vocab: int, length: int, concentration: float = 1.0) -> list[np.ndarray]:
     """Conditional tables of a random autoregressive model: ``tables[i]`` of shape [V] * (i + 1)."""
-    return [rng.dirichlet(np.full(vocab, concentration), size=(vocab,) * i) for i in range(length)]
+    return [random_distributions(rng, *(vocab,) * (i + 1), concentration=concentration) for i in range(length)]
 
 
 def markov_tables(model: MarkovModel, length: int) -> list[np.ndarray]:
@@ -31,8 +32,8 @@ def markov_tables(model: MarkovModel, length: int) -> list[np.ndarray]:
 
 def order_one_tables(rng: np.random.Generator, vocab: int, length: int, concentration: float = 1.0) -> list[np.ndarray]:
     """Tables of an order-1 Markov chain (next token depends on the last token only)."""
-    first = rng.dirichlet(np.full(vocab, concentration))
-    transition = rng.dirichlet(np.full(vocab, concentration), size=vocab)  # [V, V]
+    first = random_distributions(rng, vocab, concentration=concentration)
+    transition = random_distributions(rng, vocab, vocab, concentration=concentration)  # [V, V]
     return [first] + [np.broadcast_to(transition, (vocab,) * (i - 1) + (vocab, vocab)).copy() for i in range(1, length)]
 
 
@@ -43,7 +44,7 @@ def distribution_pairs(draw, min_vocab: int = 2, max_vocab: int = 6):
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     concentration = draw(st.sampled_from([0.2, 1.0, 5.0]))
-    return rng.dirichlet(np.full(vocab, concentration)), rng.dirichlet(np.full(vocab, concentration))
+    return random_distributions(rng, vocab, concentration=concentration), random_distributions(rng, vocab, concentration=concentration)
 
 
 def categorical(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:

@@ -10,12 +10,11 @@ import torch
 
 from draftverify.models.ngram import NGramDrafter
 from draftverify.train.measure import acceptance, humaneval_prompts, ngram_heldout_loss
+from tests.factories import random_distributions
 
 
 def test_acceptance_is_one_minus_total_variation():
-    g = torch.Generator().manual_seed(0)
-    target = torch.softmax(torch.randn(6, 11, generator=g, dtype=torch.float64), -1)
-    draft = torch.softmax(torch.randn(6, 11, generator=g, dtype=torch.float64), -1)
+    target, draft = (torch.from_numpy(random_distributions(seed, 6, 11)) for seed in (0, 1))
     tv = 0.5 * (target - draft).abs().sum(-1)
     torch.testing.assert_close(acceptance(target, draft), 1 - tv)
     torch.testing.assert_close(acceptance(target, target), torch.ones(6, dtype=torch.float64))

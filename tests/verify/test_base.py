@@ -8,16 +8,13 @@ import torch
 
 import draftverify
 from draftverify import get_verifier, verifiers
+from tests.factories import random_distributions, random_verify_inputs
 
 SINGLE = ["sd", "greedy", "bv", "gbv", "submaximal"]
 
 
 def valid_inputs(num_drafts=1, length=3, vocab=5, dtype=torch.float32, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    draft = torch.softmax(torch.randn(num_drafts, length, vocab, generator=gen, dtype=dtype), -1)
-    target = torch.softmax(torch.randn(num_drafts, length + 1, vocab, generator=gen, dtype=dtype), -1)
-    tokens = torch.multinomial(draft.reshape(-1, vocab), 1, generator=gen).reshape(num_drafts, length)
-    return tokens, draft, target
+    return random_verify_inputs(seed, num_drafts, length, vocab, dtype)
 
 
 def test_registry_lists_every_single_draft_verifier_with_its_exactness():
@@ -64,7 +61,7 @@ def corrupt(kind):
     elif kind == "target length":
         target = target[:, :3]
     elif kind == "vocab mismatch":
-        target = torch.softmax(torch.randn(1, 4, 6), -1)
+        target = torch.from_numpy(random_distributions(0, 1, 4, 6)).float()
     elif kind == "dtype mismatch":
         target = target.double()
     elif kind == "integer probs":

@@ -12,6 +12,7 @@ import torch
 from draftverify import get_verifier, ot, rng
 from draftverify.testing import check_exactness, exact_output_law, exact_sequence_law, random_pair
 from draftverify.verify.multidraft import KSeq, OptimalTransport, kseq_rho, multi_step
+from tests.factories import random_distributions, random_verify_inputs
 
 TOL = 1e-4
 CONFIGS = [("kseq", {}), ("ot", {"solver": "lp"}), ("ot", {"solver": "maxflow"}), ("ot", {"solver": "maxflow-cs"}), ("ot", {"solver": "gr", "tol": TOL})]
@@ -38,11 +39,7 @@ def test_exact_law_two_positions(name, options):
 
 
 def _random_inputs(seed: int, num_drafts: int, length: int, vocab: int):
-    generator = np.random.default_rng(seed)
-    draft = generator.dirichlet(np.ones(vocab), size=(num_drafts, length))
-    target = generator.dirichlet(np.ones(vocab), size=(num_drafts, length + 1))
-    tokens = np.array([[generator.choice(vocab, p=draft[k, i]) for i in range(length)] for k in range(num_drafts)])
-    return torch.from_numpy(tokens), torch.from_numpy(draft), torch.from_numpy(target)
+    return random_verify_inputs(seed, num_drafts, length, vocab)
 
 
 @pytest.mark.parametrize("name,options", CONFIGS)
@@ -73,7 +70,7 @@ def _acceptance(verifier, target, draft, num_drafts) -> float:
 @pytest.mark.parametrize("num_drafts", [2, 3])
 def test_kseq_acceptance_closed_form_and_guarantee(num_drafts):
     generator = np.random.default_rng(num_drafts)
-    target, draft = generator.dirichlet(np.ones(4)), generator.dirichlet(np.ones(4))
+    target, draft = random_distributions(generator, 4), random_distributions(generator, 4)
     rho = kseq_rho(target, draft, num_drafts)
     beta = np.minimum(draft, target / rho).sum()
     acceptance = _acceptance(get_verifier("kseq"), target, draft, num_drafts)
@@ -87,7 +84,7 @@ def test_kseq_rho_is_the_theorys_and_exactly_one_when_draft_equals_target():
     from draftverify import theory
 
     generator = np.random.default_rng(7)
-    target, draft = generator.dirichlet(np.ones(5), size=3), generator.dirichlet(np.ones(5), size=3)  # [3, V]
+    target, draft = random_distributions(generator, 3, 5), random_distributions(generator, 3, 5)  # [3, V]
     np.testing.assert_array_equal(kseq_rho(target, draft, 3), theory.kseq_rho(target, draft, 3))  # one implementation
     rho = kseq_rho(target, draft, 3)
     beta = np.minimum(draft, target / rho[:, None]).sum(-1)

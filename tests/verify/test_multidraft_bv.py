@@ -18,6 +18,7 @@ from draftverify.theory import kseq_acceptance
 from draftverify.ot import optimal_acceptance
 from draftverify.verify.base import VerifyResult
 from draftverify.verify.multidraft_bv import _sequential_selector, selection_chain, sequential_selection, transport_selection
+from tests.factories import random_distributions
 
 STRICT = 1e-3  # a correct verifier passes above this p-value (fixed seeds: deterministic)
 BROKEN = 1e-6  # the broken twin must fall below this one
@@ -170,8 +171,8 @@ def test_float32_inputs_are_accepted():
     # regression: float32 rows (sums within 1e-4) were re-validated as float64 (1e-6) inside bv
     gen = torch.Generator().manual_seed(0)
     vocab, length = 50, 3
-    draft = torch.softmax(torch.randn(2, length, vocab, generator=gen) * 3, -1)
-    target = torch.softmax(torch.randn(2, length + 1, vocab, generator=gen) * 3, -1)
+    draft = torch.from_numpy(random_distributions(0, 2, length, vocab, concentration=0.3)).float()
+    target = torch.from_numpy(random_distributions(1, 2, length + 1, vocab, concentration=0.3)).float()
     draft[1, 0], target[1, 0] = draft[0, 0], target[0, 0]  # i.i.d. drafts share the first row
     tokens = torch.stack([torch.multinomial(draft[k], 1, generator=gen).squeeze(-1) for k in range(2)])
     draft = draft + 3e-6 / vocab  # rows now sum to 1 + 3e-6: fine in float32, not in float64
