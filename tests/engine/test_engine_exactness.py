@@ -150,26 +150,3 @@ def test_seeded_toy_runs_are_identical(pair):
         for s in (5, 5, 6)
     ]
     assert runs[0] == runs[1] and runs[0] != runs[2]
-
-
-def test_sample_draws_each_row_from_its_distribution():
-    from scipy import stats
-
-    from draftverify.rng import sample
-
-    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0, 1.0], [0.1, 0.6, 0.3, 0.0]], dtype=torch.float32)
-    generator = torch.Generator().manual_seed(0)
-    draws = torch.stack([sample(probs, generator) for _ in range(4000)])  # [n, 3]
-    for row in range(3):
-        counts = torch.bincount(draws[:, row], minlength=4).numpy()
-        assert counts[probs[row].numpy() == 0].sum() == 0
-        keep = probs[row] > 0
-        if int(keep.sum()) == 1:
-            assert counts[keep.numpy()].sum() == 4000
-            continue
-        expected = probs[row][keep].double().numpy()
-        expected = expected / expected.sum() * 4000
-        assert stats.chisquare(counts[keep.numpy()], expected).pvalue > 1e-3
-    shifted = torch.tensor([[0.4, 0.1, 0.3, 0.2]], dtype=torch.float64)  # a wrong law must be told apart
-    counts = torch.bincount(torch.stack([sample(probs[:1], generator) for _ in range(4000)])[:, 0], minlength=4)
-    assert stats.chisquare(counts.numpy(), shifted[0].double().numpy() * 4000).pvalue < 1e-3

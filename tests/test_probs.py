@@ -1,0 +1,67 @@
+"""probs: distribution checks name what is wrong and never renormalise; warping; the zero-residual fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from draftverify.probs import as_tensor, check_distributions, residual_or_target, sum_tolerance, warp
+from tests.factories import random_distributions
+
+
+def test_valid_rows_pass_in_both_dtypes_within_their_tolerance():
+    rows = torch.from_numpy(random_distributions(0, 3, 4, 7))
+    check_distributions(rows, "rows")
+    check_distributions(rows.float(), "rows")
+    check_distributions(rows.float() * (1 + 0.5 * sum_tolerance(torch.float32)), "rows")  # inside float32's tolerance
+    with pytest.raises(ValueError, match=r"rows: rows must sum to 1 \(row \(0, 0\)"):
+        check_distributions(rows * (1 + 10 * sum_tolerance(torch.float64)), "rows")  # outside float64's
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda r: r.masked_fill(torch.arange(5) == 2, float("nan")), "NaN or infinite"),
+        (lambda r: r.masked_fill(torch.arange(5) == 2, float("inf")), "NaN or infinite"),
+        (lambda r: r - 0.1 * (torch.arange(5) == 0) + 0.1 * (torch.arange(5) == 1), "negative"),
+        (lambda r: r.long(), "dtype must be float32 or float64"),
+        (lambda r: r[:, :0], "empty"),
+        (lambda r: r * 2, "nothing is renormalised"),
+    ],
+)
+def test_each_bad_input_is_named(change, message):
+    rows = torch.full((2, 5), 0.2, dtype=torch.float64)
+    rows[:, 0], rows[:, 1] = 0.05, 0.35
+    with pytest.raises(ValueError, match=message):
+        check_distributions(change(rows), "probs")
+
+
+def test_as_tensor_views_numpy_and_refuses_lists():
+    array = np.zeros(3)
+    assert as_tensor(array, "x").data_ptr() == torch.from_numpy(array).data_ptr()
+    with pytest.raises(ValueError, match="x: expected a torch.Tensor or numpy array, got list"):
+        as_tensor([0.5, 0.5], "x")
+
+
+def test_warp_temperature_top_k_top_p():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    torch.testing.assert_close(warp(logits), torch.softmax(logits, -1))
+    torch.testing.assert_close(warp(logits, temperature=0.5), torch.softmax(logits / 0.5, -1))
+    assert warp(torch.tensor([[1.0, 3.0, 3.0]]), temperature=0).tolist() == [[0.0, 1.0, 0.0]]  # ties: lowest index
+    top2 = warp(logits, top_k=2)
+    assert top2[0, 2:].tolist() == [0.0, 0.0] and float(top2.sum()) == pytest.approx(1.0)
+    probs = torch.softmax(logits, -1)[0]  # 0.644, 0.237, 0.087, 0.032
+    nucleus = warp(logits, top_p=0.7)  # the smallest prefix with mass >= 0.7: the first two tokens
+    torch.testing.assert_close(nucleus[0], torch.cat([probs[:2] / probs[:2].sum(), torch.zeros(2)]))
+    assert warp(logits, top_p=0.5)[0].tolist() == [1.0, 0.0, 0.0, 0.0]  # the top token already has 0.64
+    for bad in (dict(temperature=-1.0), dict(temperature=float("nan")), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
+        with pytest.raises(ValueError):
+            warp(logits, **bad)
+
+
+def test_residual_or_target_falls_back_only_on_zero_mass():
+    target = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    residual = torch.tensor([0.0, 1e-300], dtype=torch.float64)
+    assert residual_or_target(residual, target) is residual  # tiny but positive mass: the residual
+    assert residual_or_target(torch.zeros(2, dtype=torch.float64), target) is target

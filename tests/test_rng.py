@@ -1,0 +1,75 @@
+"""rng: one inverse CDF for every draw; float64 uniforms; seeded draws repeat; enumeration hooks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy import stats
+
+from draftverify import rng
+from draftverify.rng import BranchingSource, Coins
+
+
+def test_sample_draws_each_row_from_its_distribution():
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0, 1.0], [0.1, 0.6, 0.3, 0.0]], dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.stack([rng.sample(probs, generator) for _ in range(4000)])  # [n, 3]
+    for row in range(3):
+        counts = torch.bincount(draws[:, row], minlength=4).numpy()
+        assert counts[probs[row].numpy() == 0].sum() == 0
+        keep = probs[row] > 0
+        if int(keep.sum()) == 1:
+            assert counts[keep.numpy()].sum() == 4000
+            continue
+        expected = probs[row][keep].double().numpy()
+        expected = expected / expected.sum() * 4000
+        assert stats.chisquare(counts[keep.numpy()], expected).pvalue > 1e-3
+    shifted = torch.tensor([[0.4, 0.1, 0.3, 0.2]], dtype=torch.float64)  # a wrong law must be told apart
+    counts = torch.bincount(torch.stack([rng.sample(probs[:1], generator) for _ in range(4000)])[:, 0], minlength=4)
+    assert stats.chisquare(counts.numpy(), shifted[0].double().numpy() * 4000).pvalue < 1e-3
+
+
+def test_inverse_cdf_edges_never_return_a_zero_weight_index():
+    weights = torch.tensor([[0.0, 2.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
+    picks = [int(rng.inverse_cdf(weights, torch.tensor([u], dtype=torch.float64))[0]) for u in (0.0, 0.5, 2 / 3 - 1e-12, 2 / 3, 1 - 1e-16)]
+    assert picks == [1, 1, 1, 3, 3]
+    # u * total rounding up to the total: the last index with weight, not the trailing zero
+    assert int(rng.inverse_cdf(weights, torch.tensor([1.0], dtype=torch.float64))[0]) == 3
+
+
+def test_categorical_takes_unnormalised_weights_and_refuses_zero_mass():
+    generator = torch.Generator().manual_seed(1)
+    draws = [rng.categorical(torch.tensor([0.0, 3.0, 1.0]), generator) for _ in range(2000)]
+    assert 0 not in draws and abs(draws.count(1) / 2000 - 0.75) < 0.04
+    with pytest.raises(ValueError, match="all weights are zero"):
+        rng.categorical(torch.zeros(3), generator)
+
+
+def test_seeded_draws_repeat_bit_for_bit():
+    def run(seed):
+        generator = torch.Generator().manual_seed(seed)
+        coins = Coins(4, generator)
+        return (rng.bernoulli(torch.full((5,), 0.5), generator).tolist(), rng.categorical(torch.ones(7), generator),
+                rng.sample(torch.full((3, 6), 1 / 6), generator).tolist(), [coins.toss(i, 0.5) for i in range(4)])
+
+    assert run(3) == run(3) and run(3) != run(4)
+
+
+def test_bernoulli_uses_float64_uniforms_so_zero_probability_never_succeeds():
+    generator = torch.Generator().manual_seed(0)
+    assert not bool(rng.bernoulli(torch.zeros(100_000, dtype=torch.float32), generator).any())
+    assert bool(rng.bernoulli(torch.ones(1000), generator).all())
+
+
+def test_a_branching_source_decides_instead_of_drawing():
+    class Always(BranchingSource):
+        def bernoulli(self, probs):
+            return torch.ones_like(probs, dtype=torch.bool)
+
+        def categorical(self, weights):
+            return int(weights.argmin())
+
+    source = Always()
+    assert rng.bernoulli(torch.zeros(2), source).tolist() == [True, True]
+    assert rng.categorical(torch.tensor([3.0, 1.0, 2.0]), source) == 1
+    assert Coins(2, source).toss(1, 0.0) is True
