@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from draftverify import get_verifier, ot
+from draftverify.ot._subset import make_instance
 
 # the audit's instance: V = 4, two tokens of mass 1e-13 / 2e-13 and 6e-7 in both target and draft.
 # H* is every token (alpha* = 1 to float precision, so no residual exists anywhere), and the set
@@ -100,8 +101,8 @@ def test_every_solver_is_clean_on_hard_small_instances(label, target, draft, n):
 def test_masses_down_to_1e_300(n):
     """Masses of 1e-300 in target and draft (and a draft token the target gives 0): products of n
     such masses are below the smallest float, so underflow is allowed here and nothing else is."""
-    target = _normalised([0.3, 0.5, 1e-300, 1e-200, 0.0, 0.2])
-    draft = _normalised([0.4, 0.4, 1e-300, 1e-150, 1e-300, 0.2])
+    target = _normalised([0.5, 1e-300, 1e-200, 0.0, 0.5])
+    draft = _normalised([0.6, 1e-300, 1e-150, 1e-300, 0.4])
     cases = [(target, draft), (draft, target), (target, target), (_normalised([1.0, 1e-300]), _normalised([1e-300, 1.0]))]
     with np.errstate(all="raise", under="ignore"), warnings.catch_warnings(action="error"):
         for case_target, case_draft in cases:
@@ -197,3 +198,16 @@ def test_a_nan_is_never_within_tol_or_a_bound(monkeypatch):
     inner_token = int(ot.optimal_subset(target, draft, 2)[1][0])
     with pytest.raises(RuntimeError, match="not a distribution"), np.errstate(invalid="ignore"):
         broken.conditional([inner_token, inner_token])
+
+
+def test_outer_totals_are_never_negative():
+    """Theorem 6.2's p_j >= 0 must hold in floats: T_j + M(j) - M(j + 1) rounded to -6e-17 for a
+    token of mass 1.6e-17, its max-flow capacity became -1 and maxflow-cs routed nothing outside
+    H* (acceptance 0.026 against alpha* = 0.56, with an error bound of 0)."""
+    target = _normalised([0.6084, 1e-241, 0.3652, 0.0264, 1.6e-17])
+    draft = _normalised([0.2407, 1e-241, 0.0762, 0.6831, 2.1e-17])
+    assert np.all(make_instance(target, draft, 2).outer_marginals() >= 0)
+    for method in ot.METHODS:
+        plan = ot.solve(target, draft, 2, method=method)
+        assert plan.acceptance == pytest.approx(plan.optimal_acceptance, abs=2e-7)
+        assert plan.target_error <= plan.error_bound + 1e-9

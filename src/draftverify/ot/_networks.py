@@ -66,6 +66,8 @@ def _max_flow(left_caps: np.ndarray, right_caps: np.ndarray, edge_left: np.ndarr
     """Flows on the left->right arcs of a bipartite network s -> left -> right -> t (max flow)."""
     from ortools.graph.python import max_flow
 
+    if not (left_caps.min(initial=0.0) >= 0 and right_caps.min(initial=0.0) >= 0):  # NaN fails too
+        raise RuntimeError("max-flow: a capacity is negative or NaN (an internal rounding error); please report")
     num_left, num_right = left_caps.size, right_caps.size
     left_ids = np.arange(num_left, dtype=np.int32) + 2
     right_ids = np.arange(num_right, dtype=np.int32) + 2 + num_left

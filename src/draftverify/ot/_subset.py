@@ -39,7 +39,8 @@ class Instance:
     """One validated problem, its support in ratio order, and the subset-selection results.
 
     ``order`` lists the support V0 sorted by D/T descending (T = 0 first); ``psi[l]`` is psi of the
-    first l tokens of ``order`` (psi[0] = 0); H* = ``order[:h]`` with h the first argmin.
+    first l tokens of ``order`` (psi[0] = 0) and ``covered[l]`` their D^n; H* = ``order[:h]`` with h
+    the first argmin.
     """
 
     target: np.ndarray  # [V] float64
@@ -47,6 +48,7 @@ class Instance:
     num_drafts: int
     order: np.ndarray  # [k] token ids of V0, D/T descending
     psi: np.ndarray  # [k + 1]
+    covered: np.ndarray  # [k + 1] D(first l tokens)^n
     h: int  # |H*|
     position: np.ndarray  # [V] index of each token in ``order`` (-1 outside the support)
 
@@ -72,10 +74,17 @@ class Instance:
         Ordering V \\ H* by increasing D/T makes every min over supersets a suffix minimum of psi
         over prefixes: with M(l) = min_{l' >= l} psi[l'], the token at position j gets
         p_j = T_j + M(j) - M(j + 1). Sum = 1 - D(H*)^n, the draft mass outside (H*)^n.
+
+        Computed as T_j where psi[j] >= M(j + 1) and otherwise as the same number written
+        (psi[j + 1] - M(j + 1)) + (D_{j+1}^n - D_j^n), two terms that are >= 0 in floats, so p_j >= 0
+        holds after rounding (T_j + M(j) - M(j + 1) gave -6e-17 for a token of mass 1.6e-17, a
+        negative max-flow capacity).
         """
         suffix_min = np.minimum.accumulate(self.psi[::-1])[::-1]  # M(l), l = 0..k
         j = np.arange(self.h, self.order.size)
-        return self.target[self.order[j]] + suffix_min[j] - suffix_min[j + 1]
+        increment = np.maximum(self.covered[j + 1] - self.covered[j], 0.0)  # x^n is monotone; guard the last ulp
+        binding = self.psi[j] < suffix_min[j + 1]  # M(j) = psi[j] < M(j + 1)
+        return np.where(binding, (self.psi[j + 1] - suffix_min[j + 1]) + increment, self.target[self.order[j]])
 
     def outer_blocks(self) -> np.ndarray:
         """Start offsets (within ``outer_tokens``) of the blocks cut by Hall-tight tails.
@@ -106,11 +115,12 @@ def make_instance(target_probs, draft_probs, num_drafts: int) -> Instance:
     order = support[np.argsort(-ratio, kind="stable")]
     cum_target = np.concatenate([[0.0], np.cumsum(target[order])])
     cum_draft = np.minimum(np.concatenate([[0.0], np.cumsum(draft[order])]), 1.0)
-    psi = cum_target - cum_draft ** int(num_drafts)
+    covered = cum_draft ** int(num_drafts)
+    psi = cum_target - covered
     h = int(np.argmin(psi))
     position = np.full(target.size, -1, dtype=np.int64)
     position[order] = np.arange(order.size)
-    return Instance(target=target, draft=draft, num_drafts=int(num_drafts), order=order, psi=psi, h=h, position=position)
+    return Instance(target=target, draft=draft, num_drafts=int(num_drafts), order=order, psi=psi, covered=covered, h=h, position=position)
 
 
 def optimal_subset(target_probs, draft_probs, num_drafts: int) -> tuple[float, np.ndarray]:
