@@ -1,0 +1,136 @@
+"""Per-call cost of the models the engine calls: the target scoring L + 1 tokens against one token,
+and one draft step against one target token (the draft/target cost ratio c of seed 002's speedup
+formula), for each KV cache backend, interleaved in one run.
+
+Each call is timed as the engine makes it, cache upkeep included: a one-token forward then the crop
+back to the same length (``ar``, and a draft step); ``score_drafts`` of the pending token plus L
+drafted tokens, ``keep_draft`` with ``accepted`` tokens, and the crop back (a speculative step). The
+cache holds the prompt and stays at that length, so every repeat sees the same work. Variants take
+turns call by call, so load drifts hit all alike; medians over ``--repeats``.
+Goals (issue 13): target call of L + 1 = 5 tokens <= 1.3x a one-token call; c <= 0.12.
+
+Run: ``python -m draftverify.bench.model_cost`` (JSON then a table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from ..models.base import LanguageModel
+
+__all__ = ["add_arguments", "call_costs", "ratios", "run"]
+
+KV_CACHES = ("dynamic", "static")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeats", type=int, default=200, help="timed calls per kind and variant (default 200)")
+    parser.add_argument("--prompt-length", type=int, default=150, help="tokens the caches hold (default 150)")
+    parser.add_argument("--draft-length", type=int, default=4, help="L: the target scores L + 1 tokens (default 4)")
+    parser.add_argument("--accepted", type=int, default=2, help="drafted tokens keep_draft keeps (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--json", default=None, help="also write the JSON to this file")
+
+
+def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> Callable[[], None]:
+    def call() -> None:
+        model.forward(cache, torch.randint(0, model.vocab_size, (1, 1), generator=generator), None, 1)
+        model.crop(cache, model.lengths(cache) - 1)
+
+    return call
+
+
+def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length: int, accepted: int) -> Callable[[], None]:
+    def call() -> None:
+        pending = torch.randint(0, model.vocab_size, (1, 1), generator=generator)  # [B=1, m=1]
+        drafts = torch.randint(0, model.vocab_size, (1, 1, length), generator=generator)  # [B=1, K=1, L]
+        model.score_drafts(cache, pending, None, drafts)
+        model.keep_draft(cache, torch.tensor([0]), torch.tensor([accepted]))
+        model.crop(cache, model.lengths(cache) - 1 - accepted)
+
+    return call
+
+
+def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt: list[int], *, repeats: int,
+               draft_length: int, accepted: int, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Median seconds per call of each kind (``target_1``, ``target_{L+1}``, ``draft_1``) for each
+    variant (name -> (target, draft)), calls interleaved across variants and kinds."""
+    generator = torch.Generator().manual_seed(seed)
+    calls: dict[tuple[str, str], Callable[[], None]] = {}
+    score_kind = f"target_{draft_length + 1}"
+    for name, (target, draft) in variants.items():
+        caches = {}
+        for role, model in (("target", target), ("draft", draft)):
+            caches[role] = model.new_cache(1)
+            model.forward(caches[role], torch.tensor([prompt]), None, 1)
+        calls[name, "target_1"] = _one_token(target, caches["target"], generator)
+        calls[name, score_kind] = _score(target, caches["target"], generator, draft_length, accepted)
+        calls[name, "draft_1"] = _one_token(draft, caches["draft"], generator)
+    for call in calls.values():  # warm-up
+        for _ in range(5):
+            call()
+    seconds: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
+    for _ in range(repeats):
+        for key, call in calls.items():
+            start = time.perf_counter()
+            call()
+            seconds[key].append(time.perf_counter() - start)
+    out: dict[str, dict[str, float]] = {}
+    for (name, kind), values in seconds.items():
+        out.setdefault(name, {})[kind] = statistics.median(values)
+    return out
+
+
+def ratios(costs: dict[str, float], draft_length: int) -> dict[str, float]:
+    """The issue's two ratios from one variant's median costs."""
+    one = costs["target_1"]
+    return {"score_vs_one_token": costs[f"target_{draft_length + 1}"] / one, "draft_cost_c": costs["draft_1"] / one}
+
+
+def run(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from ..models.hf import TransformersModel
+    from ..models.pair import load_pair
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(args.threads)
+    pair = load_pair()
+    variants = {
+        kv: (TransformersModel(pair.target.model, pair.tokenizer, kv_cache=kv),
+             TransformersModel(pair.draft.model, kv_cache=kv))
+        for kv in KV_CACHES
+    }
+    prompt = torch.randint(0, pair.target.vocab_size, (args.prompt_length,),
+                           generator=torch.Generator().manual_seed(1)).tolist()
+    costs = call_costs(variants, prompt, repeats=args.repeats, draft_length=args.draft_length, accepted=args.accepted)
+    rows = [dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c, args.draft_length))
+            for name, c in costs.items()]
+    report = dict(settings=dict(repeats=args.repeats, prompt_length=args.prompt_length, draft_length=args.draft_length,
+                                accepted=args.accepted, threads=torch.get_num_threads()),
+                  goals=dict(score_vs_one_token=1.3, draft_cost_c=0.12), variants=rows)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as handle:
+            handle.write(text + "\n")
+    score = f"target_{args.draft_length + 1}_ms"
+    print(f"\n{'variant':>8}  {'target 1 ms':>11}  {score.replace('_', ' '):>11}  {'draft 1 ms':>10}  "
+          f"{'score/one':>9}  {'c':>6}")
+    for r in rows:
+        print(f"{r['variant']:>8}  {r['target_1_ms']:11.3f}  {r[score]:11.3f}  {r['draft_1_ms']:10.3f}  "
+              f"{r['score_vs_one_token']:9.2f}  {r['draft_cost_c']:6.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    raise SystemExit(run(parser.parse_args()))
