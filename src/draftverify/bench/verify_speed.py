@@ -1,11 +1,20 @@
-"""`draftverify bench verify`: microseconds per ``verify`` call, beside a plain numpy loop of `sd`.
+"""`draftverify bench verify`: microseconds per verification call, beside a plain numpy loop of `sd`.
 
-For each vocabulary size V and draft length L: random float32 draft/target distributions shaped
-like an LM's (softmax of heavy-tailed logits, target and draft correlated), a drafted block
-sampled from the draft, and the median over repeated calls of each single-draft verifier, with
-input validation (as users call it) and without (``validate=False``, as the engine calls it: its
-inputs are valid by construction; the validation passes read all 2L + 1 rows). The baseline is the straightforward per-position numpy
-implementation of token-level speculative sampling, timed in the same run on the same inputs.
+Three measurements, each beside the baseline timed in the same run on the same inputs (the
+straightforward per-position numpy implementation of token-level speculative sampling):
+
+1. per-row ``verify`` latency of every exact single-draft verifier, with input validation (as users
+   call it) and without (``validate=False``, as the engine calls it), at each V and L;
+2. batched kernels (:mod:`draftverify.verify.batched`) on a batch of one row at each V and L,
+   through ``verify_batch`` validated and unvalidated (``max_draft_len`` given, uniforms drawn
+   inside: what a serving engine's call costs);
+3. batch throughput in rows per second at ``--batch-vocab`` and ``--batch-draft-length``: one
+   batched call for B rows against B numpy loops and B per-row ``verify`` calls.
+
+Inputs: random float32 draft/target distributions shaped like an LM's (softmax of heavy-tailed
+logits, target and draft correlated) and a drafted block sampled from the draft. Batched kernels are
+also timed on CUDA when ``torch.cuda.is_available()`` (synchronised around each call); otherwise the
+CUDA columns are null and the table says so.
 """
 
 from __future__ import annotations
@@ -13,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Callable
 
 import numpy as np
 import torch
 
 from ..verify import get_verifier, verifiers
+from ..verify.batched import BATCHED_KERNELS, verify_batch
 
 
 def lm_like_pair(vocab: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -35,6 +46,17 @@ def lm_like_pair(vocab: int, length: int, seed: int) -> tuple[torch.Tensor, torc
     return tokens, draft, target
 
 
+def flat_batch(rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]):
+    """Per-row (tokens [1, L], draft [1, L, V], target [1, L+1, V]) -> the flattened ragged layout:
+    draft_token_ids [num_tokens], draft_probs [num_tokens, V], target_probs [num_tokens + B, V],
+    cu_num_draft_tokens [B]."""
+    tokens = torch.cat([r[0][0] for r in rows])
+    draft = torch.cat([r[1][0] for r in rows])
+    target = torch.cat([r[2][0] for r in rows])
+    cu = torch.tensor([r[0].shape[1] for r in rows]).cumsum(0)
+    return tokens, draft, target, cu
+
+
 def numpy_sd(tokens: np.ndarray, draft: np.ndarray, target: np.ndarray, rng: np.random.Generator) -> list[int]:
     """Baseline: token-level speculative sampling, one Python iteration per position."""
     out = []
@@ -49,56 +71,151 @@ def numpy_sd(tokens: np.ndarray, draft: np.ndarray, target: np.ndarray, rng: np.
     return out
 
 
-def _median_us(call, repeats: int) -> float:
+def _median_us(call: Callable[[], object], repeats: int, cuda: bool = False) -> float:
     call()  # warm-up
     times = []
     for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         call()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return float(np.median(times) * 1e6)
+
+
+def _batched_call(name: str, arrays, max_len: int, validate: bool, device: str) -> Callable[[], object]:
+    tokens, draft, target, cu = (a.to(device) for a in arrays)
+    generator = torch.Generator(device=device).manual_seed(0)
+    options = {"fraction": 0.5} if name == "submaximal" else {}
+    return lambda: verify_batch(
+        name, tokens, draft, target, cu, generator=generator, max_draft_len=max_len, validate=validate, **options
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, nargs="+", default=[1000, 32000, 128000])
     parser.add_argument("--draft-length", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64], help="rows per batched call")
+    parser.add_argument("--batch-vocab", type=int, default=32000)
+    parser.add_argument("--batch-draft-length", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: per-call latency)")
-    parser.add_argument("--output", help="also write the JSON rows to this file")
+    parser.add_argument("--output", help="also write the JSON report to this file")
 
 
-def run(args: argparse.Namespace) -> int:
-    torch.set_num_threads(args.threads)
-    names = [info.name for info in verifiers() if info.exact and not info.multi_draft]
+def latency_rows(args, names: list[str], cuda: bool) -> list[dict]:
     rows = []
     for vocab in args.vocab:
         for length in args.draft_length:
-            tokens, draft, target = lm_like_pair(vocab, length, seed=vocab + length)
+            pair = lm_like_pair(vocab, length, seed=vocab + length)
+            tokens, draft, target = pair
             generator = torch.Generator().manual_seed(0)
             np_args = (tokens[0].numpy(), draft[0].numpy(), target[0].numpy(), np.random.default_rng(0))
             baseline = _median_us(lambda: numpy_sd(*np_args), args.repeats)
             row = {"vocab": vocab, "draft_length": length, "numpy_sd_loop_us": round(baseline, 1)}
+            timings = {}
             for name in names:
                 for suffix, validate in (("", True), ("_novalidate", False)):
                     verifier = get_verifier(name, validate=validate)
-                    key = f"{name}{suffix}"
-                    row[f"{key}_us"] = round(
-                        _median_us(lambda: verifier.verify(tokens, draft, target, generator=generator), args.repeats), 1
+                    timings[f"{name}{suffix}"] = _median_us(
+                        lambda: verifier.verify(tokens, draft, target, generator=generator), args.repeats
                     )
-                    row[f"{key}_speedup_vs_numpy"] = round(baseline / row[f"{key}_us"], 2)
+            for name in BATCHED_KERNELS:
+                for suffix, validate in (("", True), ("_novalidate", False)):
+                    call = _batched_call(name, flat_batch([pair]), length, validate, "cpu")
+                    timings[f"batched_{name}{suffix}"] = _median_us(call, args.repeats)
+                if cuda:
+                    call = _batched_call(name, flat_batch([pair]), length, False, "cuda")
+                    timings[f"batched_{name}_cuda_novalidate"] = _median_us(call, args.repeats, cuda=True)
+            for key, value in timings.items():
+                row[f"{key}_us"] = round(value, 1)
+                row[f"{key}_speedup_vs_numpy"] = round(baseline / value, 2)
             rows.append(row)
-    print(json.dumps({"benchmark": "verify", "threads": args.threads, "dtype": "float32", "rows": rows}))
-    header = ["V", "L", "numpy sd loop"] + names
-    print("\nmicroseconds per call, validated / validate=False (speedup over the numpy loop)")
+    return rows
+
+
+def throughput_rows(args, cuda: bool) -> list[dict]:
+    """Rows per second: one batched call of B rows against B single calls (numpy, per-row verify)."""
+    vocab, length = args.batch_vocab, args.batch_draft_length
+    rows = []
+    for batch in args.batch_sizes:
+        pairs = [lm_like_pair(vocab, length, seed=1000 + b) for b in range(batch)]
+        np_pairs = [(t[0].numpy(), d[0].numpy(), p[0].numpy()) for t, d, p in pairs]
+        rng, generator = np.random.default_rng(0), torch.Generator().manual_seed(0)
+        timings = {"numpy_sd_loop": _median_us(lambda: [numpy_sd(*a, rng) for a in np_pairs], args.repeats)}
+        for name in ("sd", "bv"):
+            verifier = get_verifier(name, validate=False)
+            timings[f"per_row_{name}"] = _median_us(
+                lambda: [verifier.verify(*p, generator=generator) for p in pairs], args.repeats
+            )
+        arrays = flat_batch(pairs)
+        for name in BATCHED_KERNELS:
+            timings[f"batched_{name}"] = _median_us(_batched_call(name, arrays, length, False, "cpu"), args.repeats)
+            if cuda:
+                call = _batched_call(name, arrays, length, False, "cuda")
+                timings[f"batched_{name}_cuda"] = _median_us(call, args.repeats, cuda=True)
+        row = {"batch": batch, "vocab": vocab, "draft_length": length}
+        row.update({f"{key}_rows_per_s": round(batch / (us * 1e-6), 1) for key, us in timings.items()})
+        rows.append(row)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    cuda = torch.cuda.is_available()
+    names = [info.name for info in verifiers() if info.exact and not info.multi_draft]
+    report = {
+        "benchmark": "verify",
+        "threads": args.threads,
+        "dtype": "float32",
+        "cuda": torch.cuda.get_device_name() if cuda else None,
+        "rows": latency_rows(args, names, cuda),
+        "throughput": throughput_rows(args, cuda),
+    }
+    print(json.dumps(report))
+    _print_tables(report, names)
+    if args.output:
+        with open(args.output, "w") as handle:
+            json.dump(report, handle, indent=1)
+    return 0
+
+
+def _print_tables(report: dict, names: list[str]) -> None:
+    cuda = report["cuda"] is not None
+    batched = list(BATCHED_KERNELS)
+    print("\nper-row verify: microseconds per call, validated / validate=False (speedup over the numpy loop)")
+    _table(["V", "L", "numpy sd loop"] + names, report["rows"], names, "")
+    print("\nbatched kernels, one row: microseconds per call, validated / validate=False (speedup over the numpy loop)")
+    _table(["V", "L", "numpy sd loop"] + [f"batched {n}" for n in batched], report["rows"], batched, "batched_")
+    if cuda:
+        print(f"\nbatched kernels on CUDA ({report['cuda']}), validate=False: microseconds per call")
+        header = ["V", "L"] + [f"{n} cuda" for n in batched]
+        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+        for row in report["rows"]:
+            cells = [str(row["vocab"]), str(row["draft_length"])]
+            cells += [f'{row[f"batched_{n}_cuda_novalidate_us"]:.0f}' for n in batched]
+            print("| " + " | ".join(cells) + " |")
+    else:
+        print("\nCUDA: not available on this machine, CUDA columns skipped")
+    first = report["throughput"][0] if report["throughput"] else None
+    if first is None:
+        return
+    print(f"\nthroughput at V = {first['vocab']}, L = {first['draft_length']}: rows per second (validate=False)")
+    keys = [k[: -len("_rows_per_s")] for k in first if k.endswith("_rows_per_s")]
+    print("| B | " + " | ".join(k.replace("_", " ") for k in keys) + " |\n|" + "---|" * (len(keys) + 1))
+    for row in report["throughput"]:
+        print(f'| {row["batch"]} | ' + " | ".join(f'{row[f"{k}_rows_per_s"]:.0f}' for k in keys) + " |")
+
+
+def _table(header: list[str], rows: list[dict], names: list[str], prefix: str) -> None:
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for row in rows:
         cells = [str(row["vocab"]), str(row["draft_length"]), f'{row["numpy_sd_loop_us"]:.0f}']
         cells += [
-            f'{row[f"{n}_us"]:.0f} / {row[f"{n}_novalidate_us"]:.0f} ({row[f"{n}_novalidate_speedup_vs_numpy"]:.1f}x)'
+            f'{row[f"{prefix}{n}_us"]:.0f} / {row[f"{prefix}{n}_novalidate_us"]:.0f} '
+            f'({row[f"{prefix}{n}_novalidate_speedup_vs_numpy"]:.1f}x)'
             for n in names
         ]
         print("| " + " | ".join(cells) + " |")
-    if args.output:
-        with open(args.output, "w") as handle:
-            json.dump(rows, handle, indent=1)
-    return 0
