@@ -154,13 +154,14 @@ class TransportPlan:
     """An (approximately) optimal transport for ``num_drafts`` i.i.d. drafts (seed 001).
 
     ``conditional(drafts)`` is pi(. | drafted tuple) [V]. ``acceptance`` is the probability that the
-    verified token is one of the drafts under this plan (alpha* for exact methods; ``lp`` reaches
-    it to HiGHS's 1e-7 tolerances); ``target_error`` is sum_x |sum_w Pdraft(w) pi(x | w) - T(x)|
-    computed from the plan; ``error_bound`` the bound on it (seed 001 Lemma 6.6 from the certified gradient norms; for
-    ``gr`` it includes 1e-7 per system for the quadrature of the generating-function evaluation, an
-    allowance checked against enumeration rather than proven; 0 for exact methods, whose only error
-    is float rounding). ``converged`` says whether the requested method succeeded on every
-    part solved so far; ``fallback`` names the exact method that served the parts where it did not.
+    verified token is one of the drafts under this plan (alpha* for exact methods; ``lp`` reaches it
+    to HiGHS's 1e-7 tolerances); ``target_error`` is sum_x |sum_w Pdraft(w) pi(x | w) - T(x)|
+    computed from the plan; ``error_bound`` the bound on it (seed 001 Lemma 6.6 from the certified
+    gradient norms; for ``gr`` it includes 1e-7 per system for the quadrature of the
+    generating-function evaluation, an allowance checked against enumeration rather than proven; 0
+    for exact methods, whose only error is float rounding). ``converged`` says whether the requested
+    method succeeded on every part solved so far; ``fallback`` names the exact method that served
+    the parts where it did not.
     Decomposed methods solve a part on first need: ``acceptance``, ``target_error`` and
     ``error_bound`` solve both parts; ``timings`` lists the parts solved so far (seconds).
     """
