@@ -67,34 +67,36 @@ class _Ragged:
 
     lengths: torch.Tensor  # [B] L_b
     starts: torch.Tensor  # [B] first draft entry of row b
+    block_starts: torch.Tensor  # [B] first target row (and uniform) of row b: starts + b
     draft_index: torch.Tensor  # [B, max_L] draft entry of position i
-    target_index: torch.Tensor  # [B, max_L + 1] target row (= uniform) of position i
-    bonus_index: torch.Tensor  # [B] target row of T(. | x^{L_b}) = uniform of the final token
+    target_index: torch.Tensor  # [B, max_L] target row (= uniform) of position i
     valid: torch.Tensor  # [B, max_L] bool, i < L_b
+
+    @property
+    def bonus_index(self) -> torch.Tensor:  # [B] target row T(. | x^{L_b}) = uniform of the final token
+        return self.block_starts + self.lengths
 
 
 def _ragged(cu_num_draft_tokens: torch.Tensor, num_tokens: int, max_len: int) -> _Ragged:
     ends = cu_num_draft_tokens.to(torch.int64)  # [B]
     batch = ends.shape[0]
-    lengths = torch.diff(ends, prepend=ends.new_zeros(1))  # [B]
-    starts = ends - lengths  # [B]
-    positions = torch.arange(max_len + 1, device=ends.device)  # [max_L + 1]
-    rows = torch.arange(batch, device=ends.device)  # [B]
-    draft_index = (starts[:, None] + positions[:max_len]).clamp_(max=max(num_tokens - 1, 0))  # [B, max_L]
-    target_index = (starts + rows)[:, None] + positions  # [B, max_L + 1]
+    starts = F.pad(ends[:-1], (1, 0))  # [B]
+    lengths = ends - starts  # [B]
+    positions = torch.arange(max_len, device=ends.device)  # [max_L]
+    block_starts = starts + torch.arange(batch, device=ends.device)  # [B]
     return _Ragged(
         lengths=lengths,
         starts=starts,
-        draft_index=draft_index,
-        target_index=target_index.clamp_(max=num_tokens + batch - 1),
-        bonus_index=ends + rows,
-        valid=positions[:max_len] < lengths[:, None],
+        block_starts=block_starts,
+        draft_index=(starts[:, None] + positions).clamp_(max=max(num_tokens - 1, 0)),
+        target_index=(block_starts[:, None] + positions).clamp_(max=num_tokens + batch - 1),
+        valid=positions < lengths[:, None],
     )
 
 
 def _leading_true(mask: torch.Tensor) -> torch.Tensor:
     """Per row, the number of True entries before the first False: [B, L] -> [B]."""
-    return mask.to(torch.int64).cumprod(dim=1).sum(dim=1)
+    return mask.cumprod(dim=1).sum(dim=1)
 
 
 def last_success(success: torch.Tensor) -> torch.Tensor:
@@ -119,16 +121,19 @@ def _draft_rows(draft_probs: torch.Tensor, ragged: _Ragged, index: torch.Tensor,
 
 def _inverse_cdf(weights: torch.Tensor, fallback: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """One token per row with probability proportional to ``weights`` [B, V], by inverse CDF on
-    ``uniform`` [B] (float64), as :func:`draftverify.rng.categorical`: an index of zero weight is
-    never returned. A row of zero mass (a rejection of probability 0 reached by rounding) is drawn
+    ``uniform`` [B] (float64), exactly as :func:`draftverify.rng.categorical`: an index of zero weight
+    is never returned. A row of zero mass (a rejection of probability 0 reached by rounding) is drawn
     from ``fallback`` instead, as the per-row verifiers do."""
     has_mass = weights.amax(dim=-1, keepdim=True) > 0  # [B, 1]  same test as sum > 0 (weights >= 0)
     weights = torch.where(has_mass, weights, fallback)  # [B, V]
-    cdf = torch.cumsum(weights.to(torch.float64), dim=-1)  # [B, V]
-    index = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True).squeeze(1)  # [B]
-    # u * total rounded up to total gives V: take the last index with weight, as rng.categorical
-    last = weights.shape[-1] - 1 - torch.argmax((weights > 0).flip(-1).view(torch.uint8), dim=-1)  # [B]
-    return torch.minimum(index, last)
+    cdf = torch.cumsum(weights, dim=-1, dtype=torch.float64)  # [B, V]
+    total = cdf[:, -1:].contiguous()  # [B, 1]
+    index = torch.searchsorted(cdf, uniform[:, None] * total, right=True)  # [B, 1]
+    # rng.categorical takes the last index with weight when u * total rounds up to total (index V).
+    # In binary64 that happens only for total <= 2^-1022, where every partial sum is exact, so that
+    # index is the first one at which the cdf reaches the total: a search, not a pass over V.
+    reached = torch.searchsorted(cdf, total, right=False)  # [B, 1]
+    return torch.minimum(index, reached).squeeze(1)
 
 
 def _assemble(tokens: torch.Tensor, num_accepted: torch.Tensor, final: torch.Tensor) -> BatchedVerifyResult:
@@ -155,13 +160,14 @@ def _token_chain(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens
     ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
     x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
     draft_at = draft_probs[ragged.draft_index, x]  # [B, max_L]  D(x_i | x^{i-1})
-    target_at = target_probs[ragged.target_index[:, :-1], x]  # [B, max_L]  T(x_i | x^{i-1})
+    target_at = target_probs[ragged.target_index, x]  # [B, max_L]  T(x_i | x^{i-1})
     accept_prob = torch.clamp(target_at / draft_at, max=1.0)  # min(1, T/D)
     if withheld:
         accept_prob = (1.0 - withheld) * accept_prob
-    accepted = (uniforms[ragged.target_index[:, :-1]] < accept_prob.to(torch.float64)) & ragged.valid
+    # u < accept_prob compares in float64, as rng.bernoulli
+    accepted = (uniforms[ragged.target_index] < accept_prob) & ragged.valid  # [B, max_L]
     n = _leading_true(accepted)  # [B]  first rejection, or L_b
-    target_rows = target_probs[ragged.target_index.gather(1, n[:, None]).squeeze(1)]  # [B, V]  T(. | x^n)
+    target_rows = target_probs[ragged.block_starts + n]  # [B, V]  T(. | x^n)
     draft_rows = _draft_rows(draft_probs, ragged, n, vocab)  # [B, V]  D(. | x^n), 0 for the bonus
     weights = token_residual(target_rows, draft_rows, withheld)
     final = _inverse_cdf(weights, target_rows, uniforms[ragged.bonus_index])  # correction or bonus
@@ -215,8 +221,8 @@ def greedy_kernel(
     ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
     best = target_probs.argmax(dim=-1)  # [num_tokens + B]
     x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
-    n = _leading_true((x == best[ragged.target_index[:, :-1]]) & ragged.valid)  # [B]
-    final = best[ragged.target_index.gather(1, n[:, None]).squeeze(1)]  # [B]
+    n = _leading_true((x == best[ragged.target_index]) & ragged.valid)  # [B]
+    final = best[ragged.block_starts + n]  # [B]
     return _assemble(x, n, final)
 
 
@@ -245,7 +251,7 @@ def bv_kernel(
     ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
     x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
     draft_at = draft_probs[ragged.draft_index, x]  # [B, max_L]
-    target_at = target_probs[ragged.target_index[:, :-1], x]  # [B, max_L]
+    target_at = target_probs[ragged.target_index, x]  # [B, max_L]
     log_ratio = torch.where(ragged.valid, torch.log(target_at) - torch.log(draft_at), 0.0)  # [B, max_L]
     walk = F.pad(torch.cumsum(log_ratio, dim=1), (1, 0))  # [B, max_L + 1]  S_0..S_L
     p = torch.exp(walk - torch.cummax(walk, dim=1).values)  # [B, max_L + 1]  p_0..p_L
@@ -254,7 +260,7 @@ def bv_kernel(
     flat = torch.arange(num_tokens, device=draft_probs.device)  # [num_tokens]
     row_of = torch.searchsorted(cu_num_draft_tokens.to(torch.int64), flat, right=True)  # [num_tokens]
     p_at = p[row_of, flat - ragged.starts[row_of]]  # [num_tokens]  p_i
-    excess = target_probs.index_select(0, flat + row_of)  # [num_tokens, V]  T(. | x^i)
+    excess = target_probs.index_select(0, flat + row_of)  # [num_tokens, V]  T(. | x^i)  (no bonus rows)
     excess.mul_(p_at[:, None]).sub_(draft_probs).clamp_(min=0)  # (p_i T - D)_+
     z = excess.sum(dim=-1).to(torch.float64)  # [num_tokens]
     p64 = p_at.to(torch.float64)
@@ -265,10 +271,10 @@ def bv_kernel(
     h_next = F.pad(h_row[ragged.draft_index][:, 1:], (0, 1), value=1.0)  # [B, max_L]
     is_last = torch.arange(1, max_draft_len + 1, device=p.device) == ragged.lengths[:, None]  # [B, max_L]
     coin_prob = torch.where(is_last, p[:, 1:].to(torch.float64), h_next)  # [B, max_L]
-    success = (uniforms[ragged.target_index[:, :-1]] < coin_prob) & ragged.valid
+    success = (uniforms[ragged.target_index] < coin_prob) & ragged.valid
     tau = last_success(success)  # [B]
 
-    target_rows = target_probs[ragged.target_index.gather(1, tau[:, None]).squeeze(1)]  # [B, V]  T(. | x^tau)
+    target_rows = target_probs[ragged.block_starts + tau]  # [B, V]  T(. | x^tau)
     if num_tokens:
         residual = excess[(ragged.starts + tau).clamp(max=num_tokens - 1)]  # [B, V]  (p_tau T - D)_+
         weights = torch.where((tau < ragged.lengths)[:, None], residual, target_rows)
