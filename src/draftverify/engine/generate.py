@@ -43,8 +43,8 @@ def generate_batch(
 ) -> list[GenerationResult]:
     """Decode every prompt (rows advance independently: ragged acceptance, per-row crop).
 
-    ``method`` is ``"ar"`` or a registered verifier name (see ``draftverify.verifiers()``) with its
-    ``options``. ``tokenizer`` decodes the text (needed for ``stop``); ``eos_token_id`` defaults
+    ``method`` is ``"ar"`` or a registered verifier (see ``draftverify.verifiers()``) in the method
+    grammar (``"bv"``, ``"ot(solver=gr,tol=1e-4)"``, ``"kseq(K=4)"``), with more of its ``options``. ``tokenizer`` decodes the text (needed for ``stop``); ``eos_token_id`` defaults
     to the target's. The result of prompt i is ``results[i]``; its ``seconds`` is the batch's.
     """
     config = _config(method, dict(
