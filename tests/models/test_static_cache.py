@@ -1,5 +1,5 @@
-"""The static KV cache against the dynamic one and GPT2LMHeadModel itself, in float32 at 1e-5:
-one random sequence of ragged chunks, crops, reorders and tree scoring drives both caches."""
+"""The static KV cache against the dynamic one and the model itself (GPT-2 and Llama), in float32
+at 1e-5: one random sequence of ragged chunks, crops, reorders and tree scoring drives both caches."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ VOCAB = 50
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def raw():
-    return tiny_causal_lm(VOCAB, arch="gpt2", width=32, layers=2, seed=5, dtype=torch.float32)
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def raw(request):
+    return tiny_causal_lm(VOCAB, arch=request.param, width=32, layers=2, seed=5, dtype=torch.float32)
 
 
 def alone(raw, tokens: list[int]) -> torch.Tensor:
@@ -90,7 +90,7 @@ def test_hooks_on_the_output_layer_see_its_input_and_the_packed_kernels_agree(ra
     from draftverify.models.gpt2 import onednn_packing
 
     model = TransformersModel(raw)
-    assert (model._weights.blocks[0][2].packed is not None) == onednn_packing()  # float32: packed when possible
+    assert (model._lean.head.packed is not None) == onednn_packing()  # float32: packed when possible
     tokens = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(2))
     plain = model.forward(model.new_cache(2), tokens, None, 3)  # [B, 3, V]: packed kernels (6 rows per call)
     seen = []

@@ -15,8 +15,8 @@ def alone(model, tokens: list[int], last: int) -> torch.Tensor:
         return model(torch.tensor([tokens])).logits[0, -last:]
 
 
-# (architecture, KV cache): the static cache runs GPT-2 models only
-BACKENDS = [("gpt2", "static"), ("gpt2", "dynamic"), ("llama", "dynamic")]
+# (architecture, KV cache): GPT-2 and Llama run the lean forwards, Qwen2 the model's own
+BACKENDS = [("gpt2", "static"), ("gpt2", "dynamic"), ("llama", "static"), ("llama", "dynamic"), ("qwen2", "dynamic")]
 
 
 @pytest.mark.parametrize("arch,kv_cache", BACKENDS)
@@ -101,11 +101,12 @@ def test_tree_scoring_of_k_drafts_matches_each_draft_alone(arch, kv_cache):
     torch.testing.assert_close(out[1, 0], alone(raw, prefixes[1] + [31], 1)[0])
 
 
-def test_gpt2_takes_the_static_cache_by_default_and_other_models_the_dynamic_one():
-    # the gpt2 cases of the tests above compare the lean forward with GPT2LMHeadModel's own
+def test_gpt2_and_llama_take_the_static_cache_by_default_and_other_models_the_dynamic_one():
+    # the gpt2 and llama cases of the tests above compare the lean forwards with the models' own
     assert TransformersModel(tiny_causal_lm(20, arch="gpt2")).kv_cache == "static"
-    assert TransformersModel(tiny_causal_lm(20, arch="llama")).kv_cache == "dynamic"
-    with pytest.raises(ValueError, match="GPT-2 models only"):
-        TransformersModel(tiny_causal_lm(20, arch="llama"), kv_cache="static")
+    assert TransformersModel(tiny_causal_lm(20, arch="llama")).kv_cache == "static"
+    assert TransformersModel(tiny_causal_lm(20, arch="qwen2")).kv_cache == "dynamic"
+    with pytest.raises(ValueError, match="GPT-2 and Llama models only"):
+        TransformersModel(tiny_causal_lm(20, arch="qwen2"), kv_cache="static")
     with pytest.raises(ValueError, match="kv_cache"):
         TransformersModel(tiny_causal_lm(20), kv_cache="paged")

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "onednn_packing"]
+__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "onednn_packing", "output_logits"]
 
 # store a layer's new keys and values [B, H, S, D]; return the layer's keys and values so far [B, H, T, D]
 KVWrite = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -115,11 +115,22 @@ class GPT2Weights:
         return cls(body.wte.weight, body.wpe.weight, blocks, (body.ln_f.weight, body.ln_f.bias),
                    model.config.n_head, model.config.layer_norm_epsilon, head, head_module)
 
-    def output(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits [B, N, V] of final hidden states x [B, N, E]."""
-        if self.head_module._forward_hooks or self.head_module._forward_pre_hooks:
-            return self.head_module(x)
-        return self.head(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], -1)
+    @property
+    def kv_shape(self) -> tuple[int, int, int]:
+        """(layers, key/value heads, head size) of the KV cache."""
+        return len(self.blocks), self.heads, self.token_embedding.shape[1] // self.heads
+
+    def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                 num_logits: int) -> torch.Tensor:
+        return gpt2_forward(self, write, tokens, positions, mask, num_logits)
+
+
+def output_logits(head: Linear, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Logits [B, N, V] of final hidden states x [B, N, E]; through ``module`` when it has forward
+    hooks, so they see x (SPRINTER's classifier reads it)."""
+    if module._forward_hooks or module._forward_pre_hooks:
+        return module(x)
+    return head(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], -1)
 
 
 def gpt2_forward(weights: GPT2Weights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
@@ -143,4 +154,4 @@ def gpt2_forward(weights: GPT2Weights, write: KVWrite, tokens: torch.Tensor, pos
         h = F.layer_norm(x, (width,), n2w, n2b, eps).view(-1, width)
         x = x + proj(F.gelu(fc(h), approximate="tanh")).view(rows, size, width)  # MLP through [B S, 4E]
     x = F.layer_norm(x[:, -num_logits:], (width,), *weights.final_norm, eps)  # [B, num_logits, E]
-    return weights.output(x)  # [B, num_logits, V]
+    return output_logits(weights.head, weights.head_module, x)  # [B, num_logits, V]

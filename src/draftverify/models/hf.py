@@ -2,12 +2,12 @@
 
 Two KV caches behind the same slot table (:mod:`.base`):
 
-- ``"static"`` (GPT-2 models, the default for them): :class:`~.static_cache.StaticKV` buffers
-  written by index and the lean forward of :mod:`.gpt2`, the gpt-fast recipe; a crop moves a
-  pointer, a reorder copies only when rows change.
+- ``"static"`` (GPT-2 and Llama models, the default for them): :class:`~.static_cache.StaticKV`
+  buffers written by index and the lean forward of :mod:`.gpt2` or :mod:`.llama`, the gpt-fast
+  recipe; a crop moves a pointer, a reorder copies only when rows change.
 - ``"dynamic"`` (every model): transformers' own ``DynamicCache``, extended by the forward,
-  reordered with ``batch_select_indices`` and shortened with ``crop``. GPT-2 models still take
-  the lean forward; others run the model's own forward.
+  reordered with ``batch_select_indices`` and shortened with ``crop``. GPT-2 and Llama models
+  still take the lean forward; others run the model's own forward.
 
 Ragged rows use an explicit attention mask over the slot table plus explicit position ids, so
 padding and dropped slots are skipped and positions count real tokens only. A batch without holes
@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from .base import Cache, LanguageModel
-from .gpt2 import GPT2Weights, gpt2_forward, is_lean_gpt2
+from .gpt2 import GPT2Weights, is_lean_gpt2
+from .llama import LlamaWeights, is_lean_llama
 from .masks import additive, causal_mask, slot_mask, tree_mask
 from .static_cache import StaticKV
 
@@ -58,10 +59,10 @@ def _load(loader: Any, name_or_path: str | Path, what: str, **kwargs: Any) -> An
 class TransformersModel(LanguageModel):
     """A ``transformers`` causal LM (and optionally its tokenizer) behind :class:`LanguageModel`.
 
-    ``kv_cache``: "static" (GPT-2 models only) or "dynamic"; None picks "static" where it can.
+    ``kv_cache``: "static" (GPT-2 and Llama models) or "dynamic"; None picks "static" where it can.
     ``max_length``: slots per row the static cache preallocates (default: sized at the first call,
-    doubled when outgrown). GPT-2 models with the standard options run :func:`~.gpt2.gpt2_forward`
-    (tests check it against the model's own forward)."""
+    doubled when outgrown). GPT-2 and Llama models with the standard options run the lean forwards
+    of :mod:`.gpt2` and :mod:`.llama` (tests check them against the models' own forwards)."""
 
     def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,
                  max_length: int | None = None):
@@ -77,12 +78,12 @@ class TransformersModel(LanguageModel):
         if eos is None:
             eos = getattr(model.generation_config, "eos_token_id", None)
         self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
-        self._weights = GPT2Weights.of(model) if is_lean_gpt2(model) else None
-        self.kv_cache = kv_cache or ("static" if self._weights is not None else "dynamic")
+        self._lean = GPT2Weights.of(model) if is_lean_gpt2(model) else LlamaWeights.of(model) if is_lean_llama(model) else None
+        self.kv_cache = kv_cache or ("static" if self._lean is not None else "dynamic")
         if self.kv_cache not in ("static", "dynamic"):
             raise ValueError(f"kv_cache must be 'static' or 'dynamic', got {kv_cache!r}")
-        if self.kv_cache == "static" and self._weights is None:
-            raise ValueError(f"{type(model).__name__}: the static KV cache runs GPT-2 models only; use 'dynamic'")
+        if self.kv_cache == "static" and self._lean is None:
+            raise ValueError(f"{type(model).__name__}: the static KV cache runs GPT-2 and Llama models only; use 'dynamic'")
         self._static_length = max_length or 0
         if not DynamicCache(config=model.config).is_croppable:
             raise ValueError(
@@ -116,13 +117,12 @@ class TransformersModel(LanguageModel):
     def _new_backend(self, batch_size: int) -> Any:
         if not self._static:
             return self._cache_class(config=self.model.config)
-        config = self.config
-        return StaticKV(config.n_layer, batch_size, config.n_head, config.n_embd // config.n_head,
-                        self._static_length, self.model.dtype)
+        layers, heads, head_dim = self._lean.kv_shape
+        return StaticKV(layers, batch_size, heads, head_dim, self._static_length, self.model.dtype)
 
     def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
         size = tokens.shape[1]
-        if self._weights is None:  # the model's own forward: causal by itself, a mask only for holes
+        if self._lean is None:  # the model's own forward: causal by itself, a mask only for holes
             return self._run(cache, tokens, positions, additive(slot_mask(cache.valid, size), self.model.dtype)
                              if holes else None, num_logits)
         mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
@@ -133,12 +133,11 @@ class TransformersModel(LanguageModel):
             if self._static:
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
-                logits = gpt2_forward(self._weights, kv.write, tokens, positions, mask, num_logits)
+                logits = self._lean(kv.write, tokens, positions, mask, num_logits)
                 kv.advance(tokens.shape[1])
-            elif self._weights is not None:
+            elif self._lean is not None:
                 layers = cache.backend.layers
-                logits = gpt2_forward(self._weights, lambda i, k, v: layers[i].update(k, v), tokens, positions,
-                                      mask, num_logits)
+                logits = self._lean(lambda i, k, v: layers[i].update(k, v), tokens, positions, mask, num_logits)
             else:
                 logits = self.model(
                     input_ids=tokens,
@@ -169,7 +168,7 @@ class TransformersModel(LanguageModel):
         width = cache.width
         cache.append(chunk, chunk_valid, chunk_valid.sum(1).tolist())
         mask = tree_mask(cache.valid[:, :width], pend_valid, num_drafts, length)
-        if self._weights is None:
+        if self._lean is None:
             mask = additive(mask, self.model.dtype)
         logits = self._run(cache, chunk, torch.cat([pending_positions, draft_positions], 1), mask,
                            num_drafts * length + 1)  # [B, 1 + K L, V]: last pending, then every draft token

@@ -36,8 +36,8 @@ def tiny_causal_lm(
     dtype: torch.dtype = torch.float64, max_positions: int = 512,
 ) -> Any:
     """A randomly initialised ``transformers`` causal LM small enough for tests and smoke runs,
-    built offline from a config (``arch``: "gpt2" or "llama")."""
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    built offline from a config (``arch``: "gpt2", "llama" or "qwen2")."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     if arch == "gpt2":
@@ -50,8 +50,14 @@ def tiny_causal_lm(
                              max_position_embeddings=max_positions, bos_token_id=None, eos_token_id=None,
                              pad_token_id=None)
         model = LlamaForCausalLM(config)
+    elif arch == "qwen2":  # no lean forward: runs the model's own
+        config = Qwen2Config(vocab_size=vocab_size, hidden_size=width, intermediate_size=2 * width,
+                             num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
+                             max_position_embeddings=max_positions, bos_token_id=None, eos_token_id=None,
+                             pad_token_id=None)
+        model = Qwen2ForCausalLM(config)
     else:
-        raise ValueError(f"unknown arch {arch!r}; known: gpt2, llama")
+        raise ValueError(f"unknown arch {arch!r}; known: gpt2, llama, qwen2")
     return model.to(dtype).eval()
 
 

@@ -1,0 +1,106 @@
+"""A lean Llama forward over a KV cache: the computation of ``LlamaForCausalLM.forward`` with the
+model's own parameters, without its per-call bookkeeping (see :mod:`.gpt2` for why and for the
+matrix kernels, which are shared).
+
+Llama (Touvron et al. 2023): RMS-norm before attention and MLP, rotary position embeddings on
+queries and keys (Su et al. 2021), grouped-query attention (keys and values shared by groups of
+query heads, Ainslie et al. 2023), SiLU-gated MLP, final RMS norm. The rotary cosines and sines and
+the norms come from the model's own modules, so rope-scaling variants and norm details match it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .gpt2 import KVWrite, Linear, output_logits
+
+__all__ = ["LlamaWeights", "is_lean_llama", "llama_forward"]
+
+
+def is_lean_llama(model: Any) -> bool:
+    """Whether :func:`llama_forward` computes exactly what this model's forward computes."""
+    config = model.config
+    return (
+        type(model).__name__ == "LlamaForCausalLM"
+        and config.hidden_act == "silu"
+        and getattr(config, "pretraining_tp", 1) == 1
+        and not model.training
+    )
+
+
+@dataclass(frozen=True)
+class LlamaWeights:
+    """What :func:`llama_forward` reads, per layer as one tuple: (input norm, q, k, v, o,
+    post-attention norm, gate, up, down)."""
+
+    embedding: torch.Tensor  # [V, E]
+    layers: tuple[tuple[Any, ...], ...]
+    final_norm: torch.nn.Module
+    rotary: torch.nn.Module  # positions -> (cos, sin) [B, S, D]
+    heads: int
+    kv_heads: int
+    head_dim: int
+    head: Linear
+    head_module: torch.nn.Module
+
+    @classmethod
+    def of(cls, model: Any) -> LlamaWeights:
+        body, config = model.model, model.config
+
+        def linear(module: torch.nn.Linear) -> Linear:
+            return Linear.of(module.weight.t(), module.bias)  # weight [out, in] -> [in, out]
+
+        with torch.no_grad():
+            layers = tuple(
+                (l.input_layernorm, linear(l.self_attn.q_proj), linear(l.self_attn.k_proj), linear(l.self_attn.v_proj),
+                 linear(l.self_attn.o_proj), l.post_attention_layernorm, linear(l.mlp.gate_proj),
+                 linear(l.mlp.up_proj), linear(l.mlp.down_proj))
+                for l in body.layers
+            )
+            head = Linear.of(model.lm_head.weight.t().contiguous(), model.lm_head.bias)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return cls(body.embed_tokens.weight, layers, body.norm, body.rotary_emb, config.num_attention_heads,
+                   config.num_key_value_heads, head_dim, head, model.lm_head)
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int]:
+        """(layers, key/value heads, head size) of the KV cache."""
+        return len(self.layers), self.kv_heads, self.head_dim
+
+    def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                 num_logits: int) -> torch.Tensor:
+        return llama_forward(self, write, tokens, positions, mask, num_logits)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of x [B, H, S, D]: pairs (x_i, x_{i + D/2}) turned by the position's angles."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
+def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
+                  mask: torch.Tensor | None, num_logits: int) -> torch.Tensor:
+    """Logits [B, num_logits, V] after the last ``num_logits`` of ``tokens`` [B, S]; arguments as
+    :func:`~.gpt2.gpt2_forward`."""
+    rows, size = tokens.shape
+    x = weights.embedding[tokens]  # [B, S, E]
+    width = x.shape[-1]
+    cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
+    cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]
+    grouped = weights.kv_heads != weights.heads
+    for index, (norm1, q_proj, k_proj, v_proj, o_proj, norm2, gate, up, down) in enumerate(weights.layers):
+        h = norm1(x).view(-1, width)  # [B S, E]
+        q = q_proj(h).view(rows, size, weights.heads, weights.head_dim).transpose(1, 2)  # [B, H, S, D]
+        k = k_proj(h).view(rows, size, weights.kv_heads, weights.head_dim).transpose(1, 2)  # [B, H_kv, S, D]
+        v = v_proj(h).view(rows, size, weights.kv_heads, weights.head_dim).transpose(1, 2)
+        k, v = write(index, _rotate(k, cos, sin), v)  # [B, H_kv, T, D]
+        attended = F.scaled_dot_product_attention(_rotate(q, cos, sin), k, v, attn_mask=mask, enable_gqa=grouped)
+        x = x + o_proj(attended.transpose(1, 2).reshape(rows * size, -1)).view(rows, size, width)
+        h = norm2(x).view(-1, width)
+        x = x + down(F.silu(gate(h)) * up(h)).view(rows, size, width)
+    x = weights.final_norm(x[:, -num_logits:])  # [B, num_logits, E]
+    return output_logits(weights.head, weights.head_module, x)  # [B, num_logits, V]
