@@ -19,8 +19,8 @@ from draftverify.ot._subset import make_instance
 # the audit's instance: V = 4, two tokens of mass 1e-13 / 2e-13 and 6e-7 in both target and draft.
 # H* is every token (alpha* = 1 to float precision, so no residual exists anywhere), and the set
 # {2} has draft mass 4e-26, below maxflow-cs's 2^-52 capacity resolution: before the fix its
-# conditional was 0/0 = NaN, gr (not converging here) fell back to it, and the ot verifier raised
-# "categorical: all weights are zero"
+# conditional was 0/0 = NaN, gr (which did not converge here: a saturated token stalled Newton)
+# fell back to it, and the ot verifier raised "categorical: all weights are zero"
 AUDIT_TARGET = np.array([0.05, 0.95 - 1e-13 - 6e-7, 1e-13, 6e-7])
 AUDIT_DRAFT = np.array([0.05, 0.95 - 2e-13 - 6e-7, 2e-13, 6e-7])
 
@@ -46,15 +46,23 @@ def test_audit_instance_gives_finite_conditionals(method):
         assert plan.target_error <= plan.error_bound + 1e-12
 
 
-def test_audit_instance_through_the_ot_verifier():
-    verifier = get_verifier("ot", solver="gr")
-    tokens = torch.tensor([[2], [2]])  # [K = 2, L = 1]: both drafts drew the 1e-13 token
+@pytest.mark.parametrize("solver", ["gr", "maxflow-cs"])
+def test_audit_instance_through_the_ot_verifier(solver):
+    verifier = get_verifier("ot", solver=solver)
+    tokens = torch.tensor([[2], [2]])  # [K = 2, L = 1]: both drafts drew the 2e-13 token
     draft = torch.from_numpy(np.tile(AUDIT_DRAFT, (2, 1, 1)))  # [K, L, V]
     target = torch.from_numpy(np.tile(AUDIT_TARGET, (2, 2, 1)))  # [K, L + 1, V]
     for seed in range(4):
         result = verifier.verify(tokens, draft, target, torch.Generator().manual_seed(seed))
         assert len(result.tokens) >= 1
 
+
+def test_gr_converges_on_the_audit_instance():
+    """A token whose share saturates (~1) has a near-zero Hessian row; its Newton component was
+    ~1e130 and every step of the line search failed, so gr stalled and fell back."""
+    plan = ot.solve(AUDIT_TARGET, AUDIT_DRAFT, 2, method="gr")
+    assert plan.target_error <= plan.error_bound <= 3e-4 + 1e-6
+    assert plan.converged and plan.fallback is None
 
 
 def _normalised(weights) -> np.ndarray:

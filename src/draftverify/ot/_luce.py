@@ -26,6 +26,7 @@ from ._objectives import ALPHA_MAX, QUADRATURE_ALLOWANCE, evaluator, hessian_pro
 __all__ = ["LuceSystem", "solve_luce", "QUADRATURE_ALLOWANCE"]
 
 _TINY = np.finfo(np.float64).tiny  # logs of masses that may be zero are clamped here (log = -708.4)
+_MAX_STEP = 20.0  # largest change of one log weight per Newton step (a factor e^20 = 5e8 in u)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def solve_luce(system: LuceSystem, tol: float, max_iter: int) -> tuple[np.ndarra
         error = float(np.abs(gradient).sum())
         if error <= tol or not free.any() or not np.isfinite(error):
             break
-        direction = _newton_direction(parts, gradient, free)
+        # a saturated token (share ~ 0 or 1) has a near-zero Hessian row and a Newton component of
+        # 1e100 or more that no halving of the step tames: bound each component instead
+        direction = np.clip(_newton_direction(parts, gradient, free), -_MAX_STEP, _MAX_STEP)
         slope = float(gradient @ direction) if np.all(np.isfinite(direction)) else np.nan
         if not slope < 0:  # not a descent direction, or not finite: steepest descent
             direction = -np.where(free, gradient, 0.0)
