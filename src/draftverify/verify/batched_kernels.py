@@ -155,7 +155,16 @@ def token_residual(target_rows: torch.Tensor, draft_rows: torch.Tensor, withheld
     return residual
 
 
-def _token_chain(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, withheld):
+def _token_chain(
+    draft_token_ids: torch.Tensor,  # [num_tokens] int
+    draft_probs: torch.Tensor,  # [num_tokens, V]
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    cu_num_draft_tokens: torch.Tensor,  # [B] int
+    uniforms: torch.Tensor,  # [num_tokens + B] float64
+    max_draft_len: int,
+    withheld: float,
+) -> BatchedVerifyResult:
+    """Token-level verification of every row (``sd`` for ``withheld`` = 0, else ``submaximal``)."""
     num_tokens, vocab = draft_probs.shape
     ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
     x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
