@@ -36,4 +36,7 @@ def test_compare_prints_completion_and_table():
     rows = compare("def f(x):", target=target, drafts={"draft": draft}, tokenizer=tokenizer,
                    specs=("ar", "sd", "bv"), max_new_tokens=8, out=out)
     assert [r["method"] for r in rows] == ["ar", "sd", "bv"] and rows[0]["speedup"] == 1.0
-    assert out.getvalue().startswith("def f(x):") and "tokens/target call" in out.getvalue()
+    text = out.getvalue()
+    assert text.startswith("def f(x):\n") and "tokens/target call" in text
+    for spec in ("ar", "sd", "bv"):  # one completion per method, each on its own lines
+        assert f"\n# --- {spec} ---\n" in text

@@ -72,8 +72,8 @@ def compare(
     tokenizer: Any = None,
     out: TextIO = sys.stdout,
 ) -> list[dict[str, Any]]:
-    """Complete ``prompt`` (default: HumanEval/0) with each method; print the completion of the
-    last method and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
+    """Complete ``prompt`` (default: HumanEval/0) with each method; print the prompt, each
+    method's completion under a ``# --- method ---`` line, and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
 
     Default models: the embedded pair, its transformer draft as ``"draft"`` and its n-gram drafter
     as ``"ngram"``. Returns the table rows.
@@ -103,7 +103,10 @@ def compare(
         )
         for r in runs
     ]
-    out.write(prompt + (runs[-1].result.text or "") + "\n\n")
+    out.write(prompt.rstrip("\n") + "\n")
+    for run in runs:  # each completion after a newline, so it reads as the body it continues
+        out.write(f"\n# --- {run.spec} ---\n{(run.result.text or '').lstrip(chr(10))}\n")
+    out.write("\n")
     columns = [("method", "method", "s"), ("tokens", "tokens", "d"), ("tokens_per_second", "tokens/s", ".1f"),
                ("speedup", "vs ar", ".2f"), ("acceptance", "acceptance", ".2f"),
                ("tokens_per_target_call", "tokens/target call", ".2f")]
