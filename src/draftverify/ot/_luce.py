@@ -11,8 +11,9 @@ enumeration or by a generating function.
 Newton's method with the exact Hessian (dense for enumeration, conjugate gradients on
 Hessian-vector products otherwise) and an Armijo line search. Numerics: the solver works on the
 log weights alpha only (the start from clamped logs of masses that may be zero, the objectives by
-shifted log-sum-exp); alpha stays <= ``ALPHA_MAX``; a trial point whose objective or gradient is not
-finite is never accepted, and every check is written so that a NaN fails it.
+shifted log-sum-exp); alpha stays <= ``ALPHA_MAX`` and a step moves each log weight by at most
+``_MAX_STEP``; a trial point whose objective or gradient is not finite is never accepted, and every
+check is written so that a NaN fails it.
 """
 
 from __future__ import annotations
