@@ -25,7 +25,7 @@ def alone(raw, tokens: list[int]) -> torch.Tensor:
 
 def test_static_and_dynamic_caches_agree_with_the_model_through_a_random_run(raw):
     gen = torch.Generator().manual_seed(0)
-    models = [TransformersModel(raw, kv_cache="static", max_length=16), TransformersModel(raw, kv_cache="dynamic")]
+    models = [TransformersModel(raw, kv_cache="static", static_length=16), TransformersModel(raw, kv_cache="dynamic")]
     caches = [m.new_cache(3) for m in models]
     rows = [[], [], []]  # what each row holds
     for step in range(12):
@@ -74,7 +74,7 @@ def test_tree_scoring_and_keep_draft_agree_with_the_dynamic_cache(raw):
 
 
 def test_crop_moves_a_pointer_and_reindex_copies_only_when_rows_change(raw):
-    model = TransformersModel(raw, max_length=32)
+    model = TransformersModel(raw, static_length=32)
     cache = model.new_cache(2)
     model.forward(cache, torch.randint(0, VOCAB, (2, 10)))
     keys = cache.backend.keys[0]

@@ -60,12 +60,12 @@ class TransformersModel(LanguageModel):
     """A ``transformers`` causal LM (and optionally its tokenizer) behind :class:`LanguageModel`.
 
     ``kv_cache``: "static" (GPT-2 and Llama models) or "dynamic"; None picks "static" where it can.
-    ``max_length``: slots per row the static cache preallocates (default: sized at the first call,
+    ``static_length``: slots per row the static cache preallocates (default: sized at the first call,
     doubled when outgrown). GPT-2 and Llama models with the standard options run the lean forwards
     of :mod:`.gpt2` and :mod:`.llama` (tests check them against the models' own forwards)."""
 
     def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,
-                 max_length: int | None = None):
+                 static_length: int | None = None):
         from transformers import DynamicCache
 
         self._cache_class = DynamicCache
@@ -84,7 +84,7 @@ class TransformersModel(LanguageModel):
             raise ValueError(f"kv_cache must be 'static' or 'dynamic', got {kv_cache!r}")
         if self.kv_cache == "static" and self._lean is None:
             raise ValueError(f"{type(model).__name__}: the static KV cache runs GPT-2 and Llama models only; use 'dynamic'")
-        self._static_length = max_length or 0
+        self._static_length = static_length or 0
         if not DynamicCache(config=model.config).is_croppable:
             raise ValueError(
                 f"{type(model).__name__}: its cache cannot be cropped (sliding-window or linear-attention "
