@@ -134,7 +134,7 @@ def test_toy_decoding_keeps_the_cache_invariant(pair):
     from draftverify.engine import DecodeConfig, Decoder
 
     prompts = [[1], [2, 0], [0, 0, 1, 2]]
-    for method, k in [("sd", None), ("gbv", None), ("ar", None)] + [(m, 2) for m, k in exact_methods() if k]:
+    for method, k in [("sd", None), ("gbv", None), ("ar", None)] + [(m, 2) for m, k in METHODS if k]:
         config = DecodeConfig(method, num_drafts=k, draft_length=None if method == "ar" else 3, max_new_tokens=9)
         decoder = Decoder(ToyModel(pair.target), ToyModel(pair.draft), prompts, config)
         while not decoder.done:
