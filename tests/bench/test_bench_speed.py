@@ -25,7 +25,11 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     assert {"ar", "sd", "bv", "hf-assisted"} <= set(rows)
     assert all(r["tokens"] == 6 for r in rows.values())  # EOS ignored by every method
     assert rows["ar"]["vs_ar"] == 1.0 and rows["sd"]["cost_ratio"] > 0
-    assert report["goals"]["best_exact_method"] in ("sd", "bv")
+    # the best method is a timing, so which one wins is the machine's business: check the choice
+    ours = {m: r for m, r in rows.items() if m not in ("ar", "hf-assisted")}
+    best = report["goals"]["best_exact_method"]
+    assert best in ours and ours[best]["tokens_per_second"] == max(r["tokens_per_second"] for r in ours.values())
+    assert report["goals"]["best_exact_vs_ar"] == ours[best]["vs_ar"]
 
 
 def test_compare_prints_completion_and_table():

@@ -9,7 +9,7 @@ cache holds the prompt and stays at that length, so every repeat sees the same w
 turns call by call, so load drifts hit all alike; medians over ``--repeats``.
 Goals (issue 13): target call of L + 1 = 5 tokens <= 1.3x a one-token call; c <= 0.12.
 
-Run: ``python -m draftverify.bench.model_cost`` (JSON then a table).
+Run: ``draftverify bench model-cost`` (JSON then a table).
 """
 
 from __future__ import annotations
@@ -129,8 +129,3 @@ def run(args: argparse.Namespace) -> int:
               f"{r['score_vs_one_token']:9.2f}  {r['draft_cost_c']:6.3f}")
     return 0
 
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    raise SystemExit(run(parser.parse_args()))

@@ -13,6 +13,7 @@ _BENCHES: dict[str, tuple[str, str]] = {
     "speed": ("speed", "tokens/s of ar, sd, bv and transformers assisted generation on HumanEval prompts"),
     "decode": ("decode", "sweep methods x K x L x temperature on a prompt set: acceptance, block efficiency, speedup, report and plots"),
     "ot": ("ot", "seed 001 Table 1 grid: ms per token of lp, maxflow, maxflow-cs and gr against the paper"),
+    "model-cost": ("model_cost", "per-call cost of a target scoring L + 1 tokens against one token, and of a draft step"),
     "spectr-gbv": ("spectr_gbv", "SpecTr-GBV (seed 004) as published vs exact multi-draft verifiers, by exact enumeration on toys"),
 }
 

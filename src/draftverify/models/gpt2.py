@@ -5,7 +5,7 @@ objects), which dominates the cost of small models on a CPU.
 GPT-2 (Radford et al. 2019): pre-layer-norm blocks, attention then MLP with tanh-GELU, final layer
 norm, output embedding. The parameters are read once into :class:`GPT2Weights`, so a call does no
 attribute lookups on modules. Each matrix product runs the kernel that was fastest for its row
-count on our CPU (``python -m draftverify.bench.model_cost``; one thread, 6 x 256 target): ``addmm``
+count on our CPU (``draftverify bench model-cost``; one thread, 6 x 256 target): ``addmm``
 on the model's own [in, out] weight for one row; oneDNN's matmul on a prepacked copy for more rows
 (the packing ``torch.compile`` applies to frozen linear layers on CPU; 2-4x faster than ``addmm``
 at 5 rows); for the output layer, ``mm`` on a transposed copy for one row (2x faster than
