@@ -22,9 +22,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
 
-# retrain the embedded pair (about an hour on 2 idle cores); writes src/draftverify/assets/pair
+# retrain the embedded pair (about two hours on 2 idle cores); writes src/draftverify/assets/pair
 train-pair: $(STAMP)
-	$(VENV)/bin/draftverify train-pair --seed 0 --minutes 60
+	$(VENV)/bin/draftverify train-pair --seed 0 --minutes 120
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
