@@ -62,12 +62,15 @@ class Audit:
 
 
 def _teacher_forced(model: LanguageModel, tokens: list[int], count: int, tap: HiddenStateTap | None, warping: dict):
-    """Warped distributions ``[count, V]`` predicting the last ``count`` tokens of ``tokens``."""
+    """Warped distributions ``[count, V]`` (float64) predicting the last ``count`` tokens of
+    ``tokens``. The logits are warped in float64, so each row sums to one to float64 precision
+    (float32 rows upcast afterwards are off by up to 1e-5, beyond the float64 tolerance of the
+    theory functions they are passed to)."""
     inputs = torch.tensor([tokens[:-1]], dtype=torch.int64)
     if tap is None:
-        return warp(model.forward(model.new_cache(1), inputs, None, count)[0], **warping).double(), None
+        return warp(model.forward(model.new_cache(1), inputs, None, count)[0].double(), **warping), None
     with tap:
-        probs = warp(model.forward(model.new_cache(1), inputs, None, count)[0], **warping).double()
+        probs = warp(model.forward(model.new_cache(1), inputs, None, count)[0].double(), **warping)
     return probs, tap.last[0, -count:]
 
 
