@@ -57,15 +57,17 @@ class Coins:
 def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """The index of each row of the non-negative ``weights`` [N, V] (rows with positive mass) that
     the uniform ``uniforms[n]`` in [0, 1) selects, in float64: the first index whose cumulative
-    weight exceeds u times the row's mass. An index of zero weight is never returned."""
-    cdf = torch.cumsum(weights.to(torch.float64), -1)  # [N, V]
-    u = uniforms.to(torch.float64).reshape(-1, 1) * cdf[:, -1:]  # [N, 1]
-    index = torch.searchsorted(cdf, u, right=True)[:, 0]  # [N]
-    beyond = index >= weights.shape[-1]
-    if bool(beyond.any()):  # u * total rounded up to the total: the last index with positive weight
-        last = weights.shape[-1] - 1 - torch.argmax(weights.flip(-1).gt(0).to(torch.int8), -1)
-        index = torch.where(beyond, last, index)
-    return index
+    weight exceeds u times the row's mass. An index of zero weight is never returned.
+
+    No host synchronisation (the batched kernels call it on any device): when u * total rounds up
+    to the total, the index is the first at which the cumulative weight reaches the total. In
+    binary64 that rounding happens only for totals <= 2^-1022, where every partial sum is exact,
+    so that index is the last one of positive weight."""
+    cdf = torch.cumsum(weights, -1, dtype=torch.float64)  # [N, V]
+    total = cdf[:, -1:].contiguous()  # [N, 1]
+    index = torch.searchsorted(cdf, uniforms.to(torch.float64).reshape(-1, 1) * total, right=True)
+    reached = torch.searchsorted(cdf, total, right=False)  # [N, 1]
+    return torch.minimum(index, reached)[:, 0]  # [N]
 
 
 def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> int:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..rng import inverse_cdf
+
 __all__ = [
     "PAD_TOKEN_ID",
     "BatchedVerifyResult",
@@ -120,20 +122,12 @@ def _draft_rows(draft_probs: torch.Tensor, ragged: _Ragged, index: torch.Tensor,
 
 
 def _inverse_cdf(weights: torch.Tensor, fallback: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """One token per row with probability proportional to ``weights`` [B, V], by inverse CDF on
-    ``uniform`` [B] (float64), exactly as :func:`draftverify.rng.categorical`: an index of zero weight
-    is never returned. A row of zero mass (a rejection of probability 0 reached by rounding) is drawn
-    from ``fallback`` instead, as the per-row verifiers do."""
+    """One token per row with probability proportional to ``weights`` [B, V], by
+    :func:`draftverify.rng.inverse_cdf` on ``uniform`` [B] (float64), as the per-row verifiers draw.
+    A row of zero mass (a rejection of probability 0 reached by rounding) is drawn from
+    ``fallback`` instead, as the per-row verifiers do."""
     has_mass = weights.amax(dim=-1, keepdim=True) > 0  # [B, 1]  same test as sum > 0 (weights >= 0)
-    weights = torch.where(has_mass, weights, fallback)  # [B, V]
-    cdf = torch.cumsum(weights, dim=-1, dtype=torch.float64)  # [B, V]
-    total = cdf[:, -1:].contiguous()  # [B, 1]
-    index = torch.searchsorted(cdf, uniform[:, None] * total, right=True)  # [B, 1]
-    # rng.categorical takes the last index with weight when u * total rounds up to total (index V).
-    # In binary64 that happens only for total <= 2^-1022, where every partial sum is exact, so that
-    # index is the first one at which the cdf reaches the total: a search, not a pass over V.
-    reached = torch.searchsorted(cdf, total, right=False)  # [B, 1]
-    return torch.minimum(index, reached).squeeze(1)
+    return inverse_cdf(torch.where(has_mass, weights, fallback), uniform)  # [B]
 
 
 def _assemble(tokens: torch.Tensor, num_accepted: torch.Tensor, final: torch.Tensor) -> BatchedVerifyResult:
