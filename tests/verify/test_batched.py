@@ -315,7 +315,7 @@ def residual_is_target(target_rows, draft_rows, withheld):
 
 
 @pytest.mark.parametrize(
-    "name,attribute,twin", [("bv", "last_success", first_failure), ("sd", "token_residual", residual_is_target)]
+    "name,attribute,twin", [("bv", "last_success", first_failure), ("sd", "correction_weights", residual_is_target)]
 )
 def test_batch_test_rejects_broken_twin_kernels(monkeypatch, name, attribute, twin):
     monkeypatch.setattr(batched_kernels, attribute, twin)

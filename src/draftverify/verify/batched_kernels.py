@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ..rng import inverse_cdf
+from .token import acceptance_probability, correction_weights
 
 __all__ = [
     "PAD_TOKEN_ID",
@@ -40,7 +41,6 @@ __all__ = [
     "submaximal_kernel",
     "greedy_kernel",
     "bv_kernel",
-    "token_residual",
     "last_success",
 ]
 
@@ -139,16 +139,6 @@ def _assemble(tokens: torch.Tensor, num_accepted: torch.Tensor, final: torch.Ten
     return BatchedVerifyResult(num_accepted=num_accepted, output_tokens=out)
 
 
-def token_residual(target_rows: torch.Tensor, draft_rows: torch.Tensor, withheld: float) -> torch.Tensor:
-    """Correction weights (T - D)_+ + lambda min(T, D) per row [B, V] (seed 000, Proposition 3.2;
-    lambda = 0 is Leviathan et al. 2023, Algorithm 1). With ``draft_rows`` = 0 it is T itself, which
-    is how the bonus rows pass through the same call."""
-    residual = torch.clamp(target_rows - draft_rows, min=0)  # [B, V]
-    if withheld:
-        residual = residual + withheld * torch.minimum(target_rows, draft_rows)
-    return residual
-
-
 def _token_chain(
     draft_token_ids: torch.Tensor,  # [num_tokens] int
     draft_probs: torch.Tensor,  # [num_tokens, V]
@@ -164,15 +154,13 @@ def _token_chain(
     x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
     draft_at = draft_probs[ragged.draft_index, x]  # [B, max_L]  D(x_i | x^{i-1})
     target_at = target_probs[ragged.target_index, x]  # [B, max_L]  T(x_i | x^{i-1})
-    accept_prob = torch.clamp(target_at / draft_at, max=1.0)  # min(1, T/D)
-    if withheld:
-        accept_prob = (1.0 - withheld) * accept_prob
+    accept_prob = acceptance_probability(target_at, draft_at, withheld)  # (1 - lambda) min(1, T/D)
     # u < accept_prob compares in float64, as rng.bernoulli
     accepted = (uniforms[ragged.target_index] < accept_prob) & ragged.valid  # [B, max_L]
     n = _leading_true(accepted)  # [B]  first rejection, or L_b
     target_rows = target_probs[ragged.block_starts + n]  # [B, V]  T(. | x^n)
     draft_rows = _draft_rows(draft_probs, ragged, n, vocab)  # [B, V]  D(. | x^n), 0 for the bonus
-    weights = token_residual(target_rows, draft_rows, withheld)
+    weights = correction_weights(target_rows, draft_rows, withheld)  # D = 0 on bonus rows: T
     final = _inverse_cdf(weights, target_rows, uniforms[ragged.bonus_index])  # correction or bonus
     return _assemble(x, n, final)
 

@@ -16,7 +16,7 @@ from .. import rng
 from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 
-__all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain", "acceptance_probability", "correction_token", "speculative_step"]
+__all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain", "acceptance_probability", "correction_weights", "correction_token", "speculative_step"]
 
 
 def acceptance_probability(target_at: torch.Tensor, draft_at: torch.Tensor, withheld: float) -> torch.Tensor:
@@ -25,14 +25,20 @@ def acceptance_probability(target_at: torch.Tensor, draft_at: torch.Tensor, with
     return (1.0 - withheld) * torch.clamp(target_at / draft_at, max=1.0)
 
 
-def correction_token(target_row: torch.Tensor, draft_row: torch.Tensor, withheld: float, generator) -> int:
-    """The correction token after a rejection: z ~ (r + sigma) / (TV + eps) with r = (T - D)_+,
+def correction_weights(target_probs: torch.Tensor, draft_probs: torch.Tensor, withheld: float) -> torch.Tensor:
+    """Unnormalised law of the correction token, r + sigma with r = (T - D)_+ and
     sigma = lambda min(T, D) (seed 000, Proposition 3.2; lambda = ``withheld``); lambda = 0 is
-    Leviathan et al. (2023), Algorithm 1: norm((T - D)_+). Rows ``[V]``."""
-    residual = torch.clamp(target_row - draft_row, min=0.0)  # r
+    Leviathan et al. (2023), Algorithm 1: (T - D)_+. Rows ``[..., V]``; with D = 0 it is T."""
+    residual = torch.clamp(target_probs - draft_probs, min=0.0)  # r
     if withheld:
-        residual = residual + withheld * torch.minimum(target_row, draft_row)  # r + sigma
-    return rng.categorical(residual_or_target(residual, target_row), generator)
+        residual = residual + withheld * torch.minimum(target_probs, draft_probs)  # r + sigma
+    return residual
+
+
+def correction_token(target_row: torch.Tensor, draft_row: torch.Tensor, withheld: float, generator) -> int:
+    """The correction token after a rejection: z ~ (r + sigma) / (TV + eps), the normalised
+    :func:`correction_weights`. Rows ``[V]``."""
+    return rng.categorical(residual_or_target(correction_weights(target_row, draft_row, withheld), target_row), generator)
 
 
 def speculative_step(token: int, draft_row: torch.Tensor, target_row: torch.Tensor, generator) -> tuple[int, bool]:
