@@ -18,7 +18,7 @@ def render(metrics: dict) -> str:
     loss = metrics["heldout_loss"]
     sizes = metrics["bytes"]
     rows = [("target", "target", shapes["target_shape"]), ("draft", chosen, shapes["draft_shape"])]
-    drafts = [n for n in ("draft_kd", "draft_ce") if n in loss]
+    drafts = [n for n in ("draft_kd", "draft_ce", "draft_tv") if n in loss]
     windows = (f"{shapes['batch_size']} x {shapes['context']} tokens"
                if shapes.get("short_context") is None else
                f"{shapes['batch_size'] * shapes['context']} tokens ({shapes['batch_size']} x "
@@ -28,6 +28,17 @@ def render(metrics: dict) -> str:
     kinds = {"draft_kd": "`draft_kd` was distilled online from the target (forward KL to the "
                          "target's distribution on each batch)",
              "draft_ce": "`draft_ce` trained on the data alone"}
+    distill = metrics.get("distill")
+    if distill:
+        setting = config["distill"]
+        kinds["draft_tv"] = (
+            f"`draft_tv` is `draft_ce` distilled towards the frozen target after training, loss "
+            f"the total variation distance (so `1 - loss` is the acceptance rate), "
+            f"{distill['steps']} steps of {setting['batch_size']} x {setting['context']} tokens "
+            f"({distill['tokens']:,} tokens) in {distill['seconds'] / 60:.1f} minutes, peak lr "
+            f"{setting['lr']}; held-out acceptance under teacher forcing "
+            f"{distill['heldout_acceptance_before']:.3f} before, "
+            f"{distill['heldout_acceptance_after']:.3f} after")
     lines = [
         "# The embedded draftverify pair",
         "",

@@ -159,7 +159,7 @@ def measure_all(final: Path, ngram_dir: Path, tokenizer_dir: Path, heldout_token
     from .lm import heldout_loss
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    models = {name: load_model(final / name) for name in config.train.model_names}
+    models = {name: load_model(final / name) for name in config.model_names}
     ngram = NGramDrafter.load(ngram_dir)
     context = config.train.context
     metrics: dict = {"params": {n: sum(p.numel() for p in m.parameters())
@@ -175,7 +175,7 @@ def measure_all(final: Path, ngram_dir: Path, tokenizer_dir: Path, heldout_token
     began = time.perf_counter()
     prompts = humaneval_prompts(config.measure_prompts)
     metrics["acceptance"] = measure_acceptance(
-        models["target"], {n: models[n] for n in config.train.drafts}, ngram, tokenizer,
+        models["target"], {n: models[n] for n in config.draft_names}, ngram, tokenizer,
         prompts, config.measure_tokens, context, config.train.seed)
     log(f"SD acceptance at temperature 1: "
         f"{ {n: round(v['mean'], 4) for n, v in metrics['acceptance'].items() if isinstance(v, dict)} } "

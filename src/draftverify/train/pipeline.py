@@ -2,6 +2,8 @@
 
 1. corpus split and byte-level BPE tokenizer -> ``output/tokenizer``; token streams -> workdir;
 2. joint training of the target and its drafts (``TrainConfig.drafts``) (checkpointed) -> ``workdir/final/<model>``;
+   with ``distill`` set, the cross-entropy draft is then distilled towards the frozen target
+   (:mod:`~draftverify.train.distill`, checkpointed) -> ``workdir/final/draft_tv``;
 3. n-gram drafter on the training documents -> ``output/ngram``;
 4. measurements (held-out loss, SD acceptance on HumanEval prompts, per-token latency); the draft
    with the higher acceptance is shipped as ``output/draft``, the target as ``output/target``,
@@ -22,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from .corpus import split_corpus
+from .distill import DistillConfig
 from .lm import TrainConfig
 
 
@@ -30,6 +33,7 @@ class PipelineConfig:
     """Everything `train-pair` needs besides the paths (defaults: the shipped pair)."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
+    distill: DistillConfig | None = None
     vocab_size: int = 8192
     heldout_percent: float = 5.0
     max_files: int | None = None
@@ -44,6 +48,18 @@ class PipelineConfig:
                self.heldout_windows) < 1:
             raise ValueError("ngram_order, measure_prompts, measure_tokens and heldout_windows "
                              "must be >= 1")
+        if self.distill is not None and "draft_ce" not in self.train.drafts:
+            raise ValueError("distillation starts from draft_ce: add it to the trained drafts")
+
+    @property
+    def draft_names(self) -> tuple[str, ...]:
+        """Every transformer draft the run produces (the shipped one is chosen among them)."""
+        return self.train.drafts + (("draft_tv",) if self.distill is not None else ())
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The target, then :attr:`draft_names`."""
+        return ("target",) + self.draft_names
 
 
 def save_model(model, path: Path, storage_dtype) -> None:
@@ -113,6 +129,22 @@ def run(output: Path, workdir: Path, config: PipelineConfig,
         (final / "train_result.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
         log(f"phase 2: trained {result.steps} steps in {result.seconds:.0f}s")
     train_result = json.loads((final / "train_result.json").read_text())
+    distill_result = None
+    if config.distill is not None:
+        distill_path = final / "draft_tv" / "distill_result.json"
+        if distill_path.exists():
+            log("phase 2b: distilled draft exists, skipped")
+        else:
+            from .distill import distill_draft
+            from .measure import load_model
+
+            draft, result = distill_draft(load_model(final / "target"),
+                                          load_model(final / "draft_ce"), train_tokens,
+                                          heldout_tokens, config.distill, workdir / "distill", log)
+            save_model(draft, final / "draft_tv", torch.float32)
+            distill_path.write_text(json.dumps(result, indent=2) + "\n")
+            log(f"phase 2b: distilled {result['steps']} steps in {result['seconds']:.0f}s")
+        distill_result = json.loads(distill_path.read_text())
 
     # phase 3: n-gram drafter
     ngram_dir = output / "ngram"
@@ -134,13 +166,14 @@ def run(output: Path, workdir: Path, config: PipelineConfig,
     from . import card, measure
 
     metrics = measure.measure_all(final, ngram_dir, tokenizer_dir, heldout_tokens, config, log)
-    chosen = max(config.train.drafts, key=lambda n: metrics["acceptance"][n]["mean"])
+    chosen = max(config.draft_names, key=lambda n: metrics["acceptance"][n]["mean"])
     for source, name in ((final / "target", "target"), (final / chosen, "draft")):
         if (output / name).exists():
             shutil.rmtree(output / name)
         shutil.copytree(source, output / name)
     metrics.update(
-        chosen_draft=chosen, train=train_result, ngram_train_seconds=ngram_seconds,
+        chosen_draft=chosen, train=train_result, distill=distill_result,
+        ngram_train_seconds=ngram_seconds,
         config=asdict(config), corpus={"root": str(split.root), "python": sys.version.split()[0],
                                        "train_files": len(split.train),
                                        "heldout_files": len(split.heldout),
