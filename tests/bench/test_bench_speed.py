@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 import torch
 
 from draftverify.cli import main
@@ -17,16 +18,30 @@ from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     out_file = tmp_path / "speed.json"
     code = main(["bench", "speed", "--tiny", "--prompts", "1", "--max-new-tokens", "6", "--draft-length", "2", "--multi", "2",
-                 "--json", str(out_file)])
+                 "--batch", "2", "--json", str(out_file)])
     out = capsys.readouterr().out
     report = json.loads(out_file.read_text())
     assert code == 0 and "vs ar" in out and "goal 2.0" in out
     rows = {r["method"]: r for r in report["methods"]}
-    assert {"ar", "sd", "bv", "hf-assisted"} <= set(rows)
+    assert {"ar", "sd", "bv", "hf-assisted", "hf-generate"} <= set(rows)
     assert all(r["tokens"] == 6 for r in rows.values())  # EOS ignored by every method
     assert rows["ar"]["vs_ar"] == 1.0 and rows["sd"]["cost_ratio"] > 0
+    sd = rows["sd"]
+    # seed 002's speedup with the measured costs: k(a, L) / (L c + r)
+    k = (1 - sd["acceptance"] ** 3) / (1 - sd["acceptance"]) if sd["acceptance"] < 1 else 3.0
+    assert sd["predicted_vs_ar"] == pytest.approx(k / (2 * sd["cost_ratio"] + sd["target_call_ratio"]))
+    # efficiency: time in model calls over wall time; the step split adds up to the wall time
+    assert 0 < sd["engine_efficiency"] <= 1
+    split = sd["step_ms"]
+    assert split["draft"] + split["target"] + split["verify"] + split["other"] == pytest.approx(split["total"])
+    assert split["draft"] + split["target"] == pytest.approx(sd["engine_efficiency"] * split["total"])
+    assert rows["hf-generate"]["step_ms"] is None and rows["hf-generate"]["predicted_vs_ar"] is None
+    assert report["goals"]["ar_vs_generate"] == rows["ar"]["tokens_per_second"] / rows["hf-generate"]["tokens_per_second"]
+    batch = {r["method"]: r for r in report["batch"]}
+    assert set(batch) == {"ar", "sd"} and batch["sd"]["prompts"] == 2
+    assert report["goals"]["sd_batch_vs_single"] == batch["sd"]["batch_vs_single"] > 0
     # the best method is a timing, so which one wins is the machine's business: check the choice
-    ours = {m: r for m, r in rows.items() if m not in ("ar", "hf-assisted")}
+    ours = {m: r for m, r in rows.items() if m not in ("ar", "hf-assisted", "hf-generate")}
     best = report["goals"]["best_exact_method"]
     assert best in ours and ours[best]["tokens_per_second"] == max(r["tokens_per_second"] for r in ours.values())
     assert report["goals"]["best_exact_vs_ar"] == ours[best]["vs_ar"]

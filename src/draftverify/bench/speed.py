@@ -7,8 +7,21 @@ prompt. Reported per method: tokens/s and its ratio to ``ar`` measured in the sa
 (accepted / (steps L)), tokens per target call, the draft/target cost ratio c = seconds per
 draft forward / seconds per target forward of ``ar``, and the cost of the method's target call
 (it scores K (L + 1) tokens) relative to that of ``ar``. For assisted generation, forward hooks count
-and time the calls of both models (its acceptance is (tokens per target call - 1) / L).
-Goals (issue 5): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assisted generation.
+and time the calls of both models (its acceptance is (tokens per target call - 1) / L); the row
+``hf-generate`` is ``transformers``' own ``generate`` sampling from the target alone (``ar``'s twin).
+
+Engine efficiency: measured tokens/s over the ideal tokens/s of a loop that spends no time outside
+the model calls, seed 002's expected speedup with the measured costs: block efficiency b (tokens per
+target call) over the time of the calls, ``ideal = b / (n_d t_d + t_T)`` with ``n_d`` draft calls
+per target call, ``t_d`` seconds per draft call (sampling included) and ``t_T`` per target call
+(warping included); equivalently ``(draft seconds + target seconds) / wall seconds``. The column
+``predicted vs ar`` is seed 002's speedup ``k(a, L) / (L c + r)`` from the measured acceptance a,
+draft cost c and target call cost r (one draft), i.e. what the i.i.d. acceptance model predicts.
+``step_ms`` splits the mean wall time of one step into draft, target, verify and the rest
+(commit, cache crops, the prefill of the first step). Batch rows (``--batch N``): ``generate_batch``
+on the first N prompts beside N single ``generate`` calls on the same prompts, same seeds.
+Goals (issues 5, 13): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assisted generation;
+``ar`` >= 1.5x ``hf-generate``; engine efficiency >= 0.95; a batch of 8 >= 4x one prompt's tokens/s.
 """
 
 from __future__ import annotations
@@ -21,6 +34,8 @@ from typing import Any, Iterator
 
 import torch
 
+from ..engine import generate_batch
+from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from .compare import format_table, run_spec
@@ -28,6 +43,8 @@ from .compare import format_table, run_spec
 SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 ASSISTED = "hf-assisted"
+GENERATE = "hf-generate"
+BATCH_SPECS = ("ar", "sd")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run without the pair)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: stable timings on a shared machine; 0 = torch's choice)")
+    parser.add_argument("--batch", type=int, default=8,
+                        help="prompts of the batch-decoding rows (ar and sd), 0 to skip them (default 8)")
     parser.add_argument("--json", default=None, help="also write the JSON to this file")
 
 
@@ -95,6 +114,46 @@ def assisted(target, draft, prompt_ids: list[int], *, max_new_tokens: int, tempe
                 draft_seconds=draft_meter["seconds"])
 
 
+def hf_generate(target, prompt_ids: list[int], *, max_new_tokens: int, temperature: float,
+                seed: int) -> dict[str, float]:
+    """``transformers``' ``generate`` sampling from the target alone (no EOS stop), timed as ``ar``."""
+    input_ids = torch.tensor([prompt_ids])
+    torch.manual_seed(seed)
+    with _forward_meter(target.model) as meter:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = target.model.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True, temperature=temperature,
+                top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, eos_token_id=None,
+                pad_token_id=target.eos_token_id,
+            )
+        seconds = time.perf_counter() - start
+    return dict(tokens=out.shape[1] - len(prompt_ids), seconds=seconds, target_calls=meter["calls"],
+                target_seconds=meter["seconds"])
+
+
+def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs: tuple[str, ...],
+                seed: int, **settings: Any) -> list[dict[str, Any]]:
+    """Tokens/s of ``generate_batch`` on all ``prompts`` beside one ``generate`` call per prompt
+    (same seeds, calls interleaved per method), for each method of ``specs``."""
+    rows = []
+    for spec in specs:
+        draft = None if spec == "ar" else drafts["draft"]
+        options = {k: v for k, v in settings.items() if spec != "ar" or k != "draft_length"}
+        began = time.perf_counter()
+        results = generate_batch(target, draft, prompts, spec, seed=seed, **options)
+        batch_seconds = time.perf_counter() - began
+        single_tokens, single_seconds = 0, 0.0
+        for i, prompt in enumerate(prompts):
+            run = run_spec(spec, target, drafts, prompt, seed=seed, **settings).result
+            single_tokens, single_seconds = single_tokens + len(run.tokens), single_seconds + run.seconds
+        batch_tokens = sum(len(r.tokens) for r in results)
+        rows.append(dict(method=spec, prompts=len(prompts), batch_tokens_per_second=batch_tokens / batch_seconds,
+                         single_tokens_per_second=single_tokens / single_seconds,
+                         batch_vs_single=(batch_tokens / batch_seconds) / (single_tokens / single_seconds)))
+    return rows
+
+
 def _models(args) -> tuple[Any, dict[str, Any], Any]:
     if args.tiny:
         from ..models.hf import TransformersModel
@@ -135,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs:
         run_spec(spec, target, drafts, prompts[0], **{**ours, "max_new_tokens": 4, "seed": 0})
     assisted(target, drafts["draft"], prompts[0], **{**settings, "max_new_tokens": 4, "seed": 0})
+    plain = {k: settings[k] for k in ("max_new_tokens", "temperature")}
+    hf_generate(target, prompts[0], **{**plain, "max_new_tokens": 4, "seed": 0})
 
     totals: dict[str, dict[str, float]] = {}
     for i, prompt_ids in enumerate(prompts):
@@ -143,9 +204,16 @@ def run(args: argparse.Namespace) -> int:
             _add(totals, spec, tokens=len(r.tokens), seconds=r.seconds, target_calls=r.target_calls,
                  target_seconds=r.target_seconds, draft_calls=r.draft_calls, draft_seconds=r.draft_seconds,
                  accepted=r.accepted, steps=len(r.steps),
-                 rejections=rejected_tests((s.accepted for s in r.steps), args.draft_length))
+                 rejections=rejected_tests((s.accepted for s in r.steps), args.draft_length),
+                 verify_seconds=r.verify_seconds)
         _add(totals, ASSISTED, **assisted(target, drafts["draft"], prompt_ids, seed=args.seed + i, **settings))
+        _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
     report = _report(totals, args, target)
+    if args.batch:
+        batch_prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.batch)]
+        report["batch"] = batch_speed(target, drafts, batch_prompts, BATCH_SPECS, args.seed, **ours)
+        sd_batch = next(r for r in report["batch"] if r["method"] == "sd")
+        report["goals"]["sd_batch_vs_single"] = sd_batch["batch_vs_single"]
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
@@ -155,11 +223,25 @@ def run(args: argparse.Namespace) -> int:
     columns = [("method", "method", "s"), ("tokens_per_second", "tokens/s", ".1f"), ("vs_ar", "vs ar", ".2f"),
                ("acceptance", "acceptance", ".2f"), ("tokens_per_target_call", "tokens/target call", ".2f"),
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
+               ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
                ("tokens", "tokens", "d")]
     print(format_table(report["methods"], columns))
+    print("\nmean ms per step")
+    print(format_table([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
+                       [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
+                                                                              "total")]))
+    if report.get("batch"):
+        print()
+        print(format_table(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
+                                             ("batch_tokens_per_second", "batch tokens/s", ".1f"),
+                                             ("single_tokens_per_second", "single tokens/s", ".1f"),
+                                             ("batch_vs_single", "batch vs single", ".2f")]))
     goals = report["goals"]
-    print(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0); "
-          f"sd {goals['sd_vs_assisted']:.2f}x transformers assisted generation (goal 1.2)")
+    print(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0), "
+          f"engine efficiency {goals['engine_efficiency']:.3f} (goal 0.95); sd {goals['sd_vs_assisted']:.2f}x "
+          f"transformers assisted generation (goal 1.2); ar {goals['ar_vs_generate']:.2f}x transformers "
+          f"generate (goal 1.5)" + (f"; sd batch of {args.batch} {goals['sd_batch_vs_single']:.2f}x single "
+                                    "calls (goal 4.0)" if "sd_batch_vs_single" in goals else ""))
     return 0
 
 
@@ -182,13 +264,26 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
         else:
             # pooled over verified tokens (seed 002), over every step of every prompt
             acceptance = pooled_acceptance(t["accepted"], t.get("rejections", 0)) if t.get("draft_calls") else None
+        cost = (t["draft_seconds"] / t["draft_calls"]) / target_call if t.get("draft_calls") else None
+        call_ratio = (t["target_seconds"] / t["target_calls"]) / target_call
+        predicted = None
+        if cost is not None and acceptance is not None and name != ASSISTED:
+            # seed 002's S = k / (1 + L rho) with the call priced at r: k / (L c + r) = S(a, c / r, L) / r
+            predicted = float(speedup(acceptance, cost / call_ratio, args.draft_length)) / call_ratio
+        model_seconds = t.get("draft_seconds", 0.0) + t["target_seconds"]
+        steps = t.get("steps")
         rows.append(dict(
             method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3), tokens_per_second=speed,
             vs_ar=speed / ar_speed, acceptance=acceptance, tokens_per_target_call=per_call,
-            cost_ratio=(t["draft_seconds"] / t["draft_calls"]) / target_call if t.get("draft_calls") else None,
-            target_call_ratio=(t["target_seconds"] / t["target_calls"]) / target_call,
+            cost_ratio=cost, target_call_ratio=call_ratio, predicted_vs_ar=predicted,
+            engine_efficiency=model_seconds / t["seconds"],
+            step_ms=None if not steps else {
+                "draft": 1e3 * t["draft_seconds"] / steps, "target": 1e3 * t["target_seconds"] / steps,
+                "verify": 1e3 * t["verify_seconds"] / steps,
+                "other": 1e3 * (t["seconds"] - model_seconds - t["verify_seconds"]) / steps,
+                "total": 1e3 * t["seconds"] / steps},
         ))
-    ours = [r for r in rows if r["method"] not in ("ar", ASSISTED)]
+    ours = [r for r in rows if r["method"] not in ("ar", ASSISTED, GENERATE)]
     best = max(ours, key=lambda r: r["tokens_per_second"])
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
     return dict(
@@ -199,7 +294,8 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
-                   sd_vs_assisted=speed["sd"] / speed[ASSISTED]),
+                   engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed["sd"] / speed[ASSISTED],
+                   ar_vs_generate=speed["ar"] / speed[GENERATE]),
     )
 
 
