@@ -149,3 +149,27 @@ def test_tree_scoring_decodes_like_replicated_rows(models):
         for model in (target, ReplicatedTarget(raw))
     ]
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("method", ["sd", "bv", "greedy", "submaximal(fraction=0.3)"])
+def test_batched_verification_commits_what_the_per_row_verifiers_commit(models, method, monkeypatch):
+    """With one draft and several prompts the engine verifies every row in one batched call; the
+    per-row verifiers, forced here, must commit the same tokens from the same seed."""
+    import draftverify.engine.decoder as decoder
+
+    _, target, draft = models
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+    temperature = 0 if method == "greedy" else 1.0
+
+    def run() -> tuple[list[list[int]], bool]:
+        batch = Decoder(target, draft, prompts, DecodeConfig(method, draft_length=3, temperature=temperature,
+                                                             max_new_tokens=20, seed=7, ignore_eos=True))
+        while not batch.done:
+            batch.step()
+        return [batch.generated(i) for i in range(len(prompts))], batch.batched
+
+    batched, used = run()
+    monkeypatch.setattr(decoder, "BATCHED_KERNELS", {})
+    per_row, unused = run()
+    assert used and not unused
+    assert batched == per_row

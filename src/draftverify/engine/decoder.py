@@ -9,7 +9,10 @@ One speculative step for R active prompts, K drafts of length L:
    (``score_drafts``: K replicated rows, or one row with a tree mask on transformers):
    warped target conditionals ``[R K, L + 1, V]``;
 3. verify each prompt's K rows (``state`` passed from step to step), cut at EOS / stop / limit,
-   commit;
+   commit; with one draft, several prompts and a verifier that has a batched kernel (``sd``,
+   ``submaximal``, ``greedy``, ``bv``: :data:`draftverify.verify.batched.BATCHED_KERNELS`), all
+   rows in one :func:`~draftverify.verify.batched.verify_batch` call instead, which commits
+   exactly what the per-row calls would (same uniforms, same float operations);
 4. keep the chosen draft of each unfinished prompt (``keep_draft`` for the target) and crop both
    caches to the committed length: the target holds every committed token but the last, the
    draft as many as it saw.
@@ -33,6 +36,7 @@ import torch
 from ..models.base import Cache, LanguageModel
 from ..probs import warp
 from ..rng import sample
+from ..verify.batched import BATCHED_KERNELS, verify_batch
 from .config import DecodeConfig
 from .gated import gated_step
 from .pending import pending_count, pending_tokens
@@ -40,6 +44,16 @@ from .stats import StepStats
 from .stopping import Stopper
 
 __all__ = ["Decoder", "RowStep"]
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """What verification decided for one prompt: its committed tokens (accepted draft prefix, then
+    the correction or bonus token), how many were accepted, and which of its K drafts they came from."""
+
+    tokens: list[int]
+    num_accepted: int
+    draft_index: int
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,8 @@ class Decoder:
                 )
         self.target, self.draft, self.config = target, draft, config
         self.verifier = config.verifier() if config.speculative else None
+        # a registered verifier named in the grammar (not an instance under test) with one draft
+        self.batched = config.drafts == 1 and isinstance(config.method, str) and config.name in BATCHED_KERNELS
         eos = target.eos_token_id if eos_token_id is None else eos_token_id
         self.stopper = Stopper(config.max_new_tokens, None if config.ignore_eos else eos, config.stop, tokenizer)
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -160,17 +176,10 @@ class Decoder:
             draft_stack, target_probs = draft_stack.double(), target_probs.double()
         target_done = time.perf_counter()
 
-        results = []
-        for r, p in enumerate(self.active):
-            block = slice(r * k, (r + 1) * k)
-            result = self.verifier.verify(
-                draft_tokens[block], draft_stack[block], target_probs[block], self.generator, self.states[p]
-            )
-            accepted = result.tokens[: result.num_accepted]
-            if accepted != draft_tokens[r * k + result.draft_index, : result.num_accepted].tolist():
-                raise ValueError(f"{cfg.name}: accepted tokens are not a prefix of draft {result.draft_index}")
-            self.states[p] = result.state
-            results.append(result)
+        if self.batched and rows > 1:
+            results = self._verify_batch(draft_tokens, draft_stack, target_probs)
+        else:
+            results = self._verify_rows(draft_tokens, draft_stack, target_probs)
         verify_done = time.perf_counter()
 
         stats = [
@@ -187,6 +196,34 @@ class Decoder:
             self.target_held[p] = len(self.committed[p]) + results[r].num_accepted
         draft_rows = [r * k + res.draft_index for r, res in enumerate(results)]
         return self._commit([res.tokens for res in results], draft_rows, stats)
+
+    def _verify_rows(self, draft_tokens, draft_probs, target_probs) -> list[_Verified]:
+        """Each prompt's K rows through the verifier (``[R K, L]``, ``[R K, L, V]``, ``[R K, L + 1, V]``)."""
+        k, results = self.config.drafts, []
+        for r, p in enumerate(self.active):
+            block = slice(r * k, (r + 1) * k)
+            result = self.verifier.verify(
+                draft_tokens[block], draft_probs[block], target_probs[block], self.generator, self.states[p]
+            )
+            accepted = result.tokens[: result.num_accepted]
+            if accepted != draft_tokens[r * k + result.draft_index, : result.num_accepted].tolist():
+                raise ValueError(f"{self.config.name}: accepted tokens are not a prefix of draft {result.draft_index}")
+            self.states[p] = result.state
+            results.append(_Verified(result.tokens, result.num_accepted, result.draft_index))
+        return results
+
+    def _verify_batch(self, draft_tokens, draft_probs, target_probs) -> list[_Verified]:
+        """All rows (K = 1) in one batched call: ``[R, L]``, ``[R, L, V]``, ``[R, L + 1, V]``."""
+        rows, length = draft_tokens.shape
+        vocab = target_probs.shape[-1]
+        out = verify_batch(
+            self.config.name, draft_tokens.reshape(-1),
+            None if self.config.name == "greedy" else draft_probs.reshape(-1, vocab),
+            target_probs.reshape(-1, vocab), torch.arange(1, rows + 1) * length, generator=self.generator,
+            max_draft_len=length, fraction=getattr(self.verifier, "fraction", None), validate=self.verifier.validate,
+        )
+        return [_Verified(tokens[: n + 1], n, 0)
+                for tokens, n in zip(out.output_tokens.tolist(), out.num_accepted.tolist())]
 
     # --- commit, drop finished rows, crop -------------------------------------------------------
     def _commit(self, new_tokens: list[list[int]], draft_rows: list[int], stats: list[StepStats]) -> list[RowStep]:
