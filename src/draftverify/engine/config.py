@@ -97,6 +97,10 @@ class DecodeConfig:
         return 4 if self.draft_length is None else self.draft_length
 
     def verifier(self) -> Verifier:
+        """The verifier the engine calls. A registered one runs with ``validate=False`` unless the
+        method says otherwise (``"sd(validate=true)"``): the engine hands it distributions from
+        :func:`~draftverify.probs.warp` and draft tokens sampled from them, which hold the contract
+        by construction, so checking them again on every step would only cost time."""
         if isinstance(self.method, Verifier):
             return self.method
-        return get_verifier(self.method, **self.options)
+        return get_verifier(self.method, **{"validate": False, **self.options})
