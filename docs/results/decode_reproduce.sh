@@ -24,7 +24,7 @@ $DV bench decode --prompts humaneval --num-prompts 4 --seeds 0 --max-new-tokens 
 # L = 8, temperature 1, with its fallback rate; kseq and sd beside it.
 seed001() {
 $DV bench decode --prompts humaneval --num-prompts 4 --seeds 0 --max-new-tokens 48 \
-  --methods ar sd kseq ot:solver=gr --num-drafts 2 3 4 --draft-lengths 8 --temperatures 1 --top-k 100 \
+  --methods ar sd kseq 'ot(solver=gr)' --num-drafts 2 3 4 --draft-lengths 8 --temperatures 1 --top-k 100 \
   --deviation-samples 128 --deviation-prompts 1 --threads 1 \
   --title "Seed 001 Table 4 on the embedded pair" \
   --out "$OUT/decode_seed001" --plots-dir "$IMG" --prefix decode_seed001 --cache "$CACHE" $EXTRA
