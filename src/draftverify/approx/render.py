@@ -34,7 +34,7 @@ def plot_speed_deviation(result: dict[str, Any], path: Path) -> None:
     ax.errorbar(tv, speed, xerr=err, fmt="o-", label="sprinter (TV measured from its draws, ±2 s.e.)")
     ax.plot([r["audit_tv_theory"] for r in rows], speed, "x", color="C1", label="sprinter (TV exact at the visited prefixes)")
     for r, x, y in zip(rows, tv, speed):
-        ax.annotate(f"tau={r['threshold']:g}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.annotate(f"threshold tau={r['threshold']:g}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     by_name = {r["method"]: r for r in result["rows"]}
     ax.plot([0], [1.0], "s", color="k", label="sd (exact)")
     ax.plot([0], [by_name["ar"]["speedup_vs_sd"]], "D", color="grey", label="ar (exact)")
@@ -94,12 +94,12 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
     ])
     sprinter_rows = _sprinter_rows(result)
     audit = _table(sprinter_rows, [
-        ("threshold", "tau", "g"), ("audit_decisions", "decisions", "d"), ("audit_yes_share", "yes share", ".3f"),
+        ("threshold", "threshold tau", "g"), ("audit_decisions", "decisions", "d"), ("audit_yes_share", "yes share", ".3f"),
         ("audit_false_positive_rate", "eta_FP (D/T>1)", ".3f"), ("audit_true_positive_rate", "eta_TP (D/T<=1)", ".3f"),
         ("audit_false_positive_rate_lambda", "eta_FP (D/T>lambda)", ".3f"), ("audit_true_positive_rate_lambda", "eta_TP (D/T<=lambda)", ".3f"),
     ])
     theory = _table(sprinter_rows, [
-        ("threshold", "tau", "g"), ("audit_tv_draws", "TV measured", ".4f"), ("audit_tv_draws_stderr", "s.e.", ".4f"),
+        ("threshold", "threshold tau", "g"), ("audit_tv_draws", "TV measured", ".4f"), ("audit_tv_draws_stderr", "s.e.", ".4f"),
         ("audit_tv_theory", "TV general formula", ".4f"), ("audit_tv_uniform", "TV seed Thm 3.1 (eta_FP TV(T,D))", ".4f"),
         ("audit_tv_draft", "TV(T, D)", ".4f"), ("audit_kl_theory", "KL(law||T)", ".4f"),
         ("audit_kept_share", "drafted kept (measured)", ".3f"), ("audit_acceptance_theory", "kept (Thm A.4, general)", ".3f"),
@@ -113,7 +113,8 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
         "",
         *([result["note"], ""] if result.get("note") else []),
         "SPRINTER (seed 003) drafts while a one-layer classifier on the draft's features says the drafted token is "
-        "acceptable, and calls the target only on a token it rejects (speculative-sampling step there). It is not "
+        "acceptable (its score is at least the decision threshold tau), and calls the target only on a token it "
+        "rejects (speculative-sampling step there). It is not "
         "exact. Everything below was measured in one run on the shared 2-core CPU, methods interleaved prompt by "
         f"prompt: {s['prompts']} HumanEval prompts, {s['max_new_tokens']} new tokens each (EOS ignored), temperature "
         f"{s['temperature']:g}, sd with L = {s['draft_length']}, sprinter runs capped at {s['sprinter_cap']} tokens, "
@@ -126,8 +127,8 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
                   f"({', '.join(f'{k}: {v}' for k, v in roc['kinds'].items())}); held-out split by sequence.", "",
                   _table(roc["results"], [("ratio_threshold", "lambda", "g"), ("features", "features", "s"), ("auc", "AUC", ".3f"),
                                           ("positive_share", "label-1 share", ".3f"),
-                                          ("false_positive_rate_at_half", "FP at tau=0.5", ".3f"),
-                                          ("true_positive_rate_at_half", "TP at tau=0.5", ".3f"),
+                                          ("false_positive_rate_at_half", "FP at threshold 0.5", ".3f"),
+                                          ("true_positive_rate_at_half", "TP at threshold 0.5", ".3f"),
                                           ("parameters", "parameters", "d")]),
                   "", "![ROC](../img/sprinter_roc.png)", ""]
     parts += [

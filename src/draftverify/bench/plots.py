@@ -2,8 +2,10 @@
 
 Each plot varies one sweep dimension (K, L or temperature) and holds the others at their most
 frequent value; it is drawn only when that dimension takes at least two values. Points are the
-measurements with their 95% bootstrap intervals; dashed lines are seed 002's closed forms for
-``sd`` at its measured acceptance a and cost ratio rho.
+measurements with their 95% bootstrap intervals, joined by lines along K and L; along temperature
+they stand alone, since the sweep measures a few settings and a line between them would draw a
+trend nobody measured. Dashed lines are seed 002's closed forms for ``sd`` at its measured
+acceptance a and cost ratio rho.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def _errorbar(axis, rows: list[dict[str, Any]], x: str, metric: str, label: str)
     xs = np.array([r[x] for r in rows], dtype=float)
     values = np.array([r[metric]["value"] for r in rows])
     spread = np.array([[r[metric]["value"] - r[metric]["low"], r[metric]["high"] - r[metric]["value"]] for r in rows]).T
-    return axis.errorbar(xs, values, yerr=np.maximum(spread, 0), marker="o", capsize=3, label=label)
+    style = "none" if x == "temperature" else "-"  # settings, not a measured trend (module doc)
+    return axis.errorbar(xs, values, yerr=np.maximum(spread, 0), marker="o", linestyle=style, capsize=3, label=label)
 
 
 def _sd_theory(axis, rows: list[dict[str, Any]], metric: str, color: str) -> None:
