@@ -1,10 +1,13 @@
 """The one factory of random distributions for the tests: seeded Dirichlet rows, and verifier
-inputs built from them (draft tokens sampled from their draft rows)."""
+inputs built from them (draft tokens sampled from their draft rows); and any registered verifier."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from draftverify import get_verifier
+from draftverify.verify.sprinter import RateClassifier
 
 
 def random_distributions(rng: np.random.Generator | int, *shape: int, concentration: float = 1.0) -> np.ndarray:
@@ -27,3 +30,11 @@ def random_verify_inputs(
     target = random_distributions(rng, num_drafts, length + 1, vocab, concentration=concentration)
     tokens = np.array([[rng.choice(vocab, p=draft[k, i]) for i in range(length)] for k in range(num_drafts)])
     return torch.from_numpy(tokens), torch.from_numpy(draft).to(dtype), torch.from_numpy(target).to(dtype)
+
+
+def registered_verifier(name: str, **options):
+    """Any registered verifier with ``options``; ``sprinter`` gets the rate classifier it requires
+    (a test device that says "yes" by given rates)."""
+    if name == "sprinter":
+        options = {"classifier": RateClassifier(), **options}
+    return get_verifier(name, **options)

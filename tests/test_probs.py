@@ -44,6 +44,22 @@ def test_as_tensor_views_numpy_and_refuses_lists():
         as_tensor([0.5, 0.5], "x")
 
 
+@pytest.mark.parametrize("dtype", [object, str, "datetime64[s]"])
+def test_as_tensor_refuses_non_numeric_arrays(dtype):
+    with pytest.raises(ValueError, match="x: expected a numeric array, got dtype"):
+        as_tensor(np.zeros(3, dtype=dtype), "x")
+
+
+def test_as_tensor_copies_only_what_torch_cannot_view_and_detaches():
+    array = np.array([0.1, 0.2, 0.7])
+    for unviewable in (array[::-1], array.astype(">f8")):  # negative strides, big-endian
+        assert as_tensor(unviewable, "x").tolist() == unviewable.tolist()
+    strided = np.arange(6.0)[::2]  # positive strides: still a view
+    assert as_tensor(strided, "x").data_ptr() == torch.from_numpy(strided).data_ptr()
+    leaf = torch.tensor(array, requires_grad=True)
+    assert not as_tensor(leaf, "x").requires_grad
+
+
 def test_warp_temperature_top_k_top_p():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     torch.testing.assert_close(warp(logits), torch.softmax(logits, -1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -73,3 +74,19 @@ def test_a_branching_source_decides_instead_of_drawing():
     assert rng.bernoulli(torch.zeros(2), source).tolist() == [True, True]
     assert rng.categorical(torch.tensor([3.0, 1.0, 2.0]), source) == 1
     assert Coins(2, source).toss(1, 0.0) is True
+
+
+@pytest.mark.parametrize("bad", [42, "seed", np.random.default_rng(0)], ids=["int", "str", "numpy"])
+def test_a_generator_that_is_not_a_torch_generator_is_a_value_error(bad):
+    message = r"generator: expected a torch.Generator .* or None, got "
+    with pytest.raises(ValueError, match=message):
+        rng.check_generator(bad)
+    for draw in (lambda: rng.sample(torch.full((2, 3), 1 / 3), bad), lambda: rng.categorical(torch.ones(3), bad),
+                 lambda: rng.bernoulli(torch.full((3,), 0.5), bad), lambda: Coins(3, bad)):
+        with pytest.raises(ValueError, match=message):
+            draw()
+    rng.check_generator(None)
+    rng.check_generator(torch.Generator())
+    rng.check_generator(BranchingSource())
+    with pytest.raises(ValueError, match="or None, got draftverify.rng.BranchingSource"):
+        rng.check_generator(BranchingSource(), branching=False)  # the decoding loop's draws cannot branch

@@ -27,12 +27,18 @@ def sum_tolerance(dtype: torch.dtype) -> float:
 
 
 def as_tensor(x, name: str) -> torch.Tensor:
-    """A torch tensor view of ``x`` (numpy arrays are accepted and not copied when possible)."""
+    """A torch tensor view of ``x``, detached from any autograd graph (the math here is no part of
+    one). A numpy array is viewed, copied only where torch cannot view it (negative strides, a
+    non-native byte order); one of a non-numeric dtype (object, str, ...) raises ``ValueError``."""
     if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, np.ndarray):
-        return torch.from_numpy(x)
-    raise ValueError(f"{name}: expected a torch.Tensor or numpy array, got {type(x).__name__}")
+        return x.detach() if x.requires_grad else x
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"{name}: expected a torch.Tensor or numpy array, got {type(x).__name__}")
+    if x.dtype.kind not in "biufc":
+        raise ValueError(f"{name}: expected a numeric array, got dtype {x.dtype}")
+    if not x.dtype.isnative or min(x.strides, default=0) < 0:
+        x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+    return torch.from_numpy(x)
 
 
 def check_distributions(probs: torch.Tensor, name: str) -> None:

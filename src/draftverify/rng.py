@@ -3,7 +3,7 @@
 Every verifier draws its randomness through the two functions here, passing the caller's
 ``generator``. A generator is a ``torch.Generator`` (or ``None`` for torch's default), or a
 :class:`BranchingSource`: an object that, instead of drawing, decides which branch to follow.
-``draftverify.testing.exact_law`` uses one to replay a verifier over every branch and compute its
+``draftverify.testing.exact_output_law`` uses one to replay a verifier over every branch and compute its
 exact output law, so any verifier that draws only through this module can be checked by
 enumeration as well as by sampling.
 
@@ -12,9 +12,11 @@ Uniforms are float64: float32 uniforms can be exactly 0 and would accept a zero-
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["BranchingSource", "Coins", "bernoulli", "categorical", "inverse_cdf", "sample"]
+__all__ = ["BranchingSource", "Coins", "bernoulli", "categorical", "check_generator", "inverse_cdf", "sample"]
 
 
 class BranchingSource:
@@ -27,13 +29,28 @@ class BranchingSource:
         raise NotImplementedError
 
 
+def check_generator(generator: Any, *, branching: bool = True) -> None:
+    """Raise ``ValueError`` unless ``generator`` is a ``torch.Generator``, None, or (when
+    ``branching``) a :class:`BranchingSource`. Public entry points call it once; the draws below
+    call it only when torch has already refused the generator, so a valid one costs nothing."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return
+    if branching and isinstance(generator, BranchingSource):
+        return
+    kind = type(generator)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    allowed = "a torch.Generator (e.g. torch.Generator().manual_seed(0))" + (
+        ", a draftverify.rng.BranchingSource" if branching else ""
+    )
+    raise ValueError(f"generator: expected {allowed} or None, got {name}")
+
+
 def bernoulli(probs: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> torch.Tensor:
     """Independent coin flips: ``out[i]`` is True with probability ``probs[i]`` (clamped to [0, 1]
     only against float rounding of already valid probabilities)."""
     if isinstance(generator, BranchingSource):
         return generator.bernoulli(probs)
-    u = torch.rand(probs.shape, generator=generator, dtype=torch.float64)  # [n] in [0, 1)
-    return u < probs.to(torch.float64)
+    return _uniforms(probs.shape, generator) < probs.to(torch.float64)  # [n]
 
 
 class Coins:
@@ -45,7 +62,7 @@ class Coins:
 
     def __init__(self, count: int, generator: torch.Generator | BranchingSource | None):
         self._source = generator if isinstance(generator, BranchingSource) else None
-        self._uniforms = None if self._source else torch.rand(count, generator=generator, dtype=torch.float64).tolist()
+        self._uniforms = None if self._source else _uniforms(count, generator).tolist()
 
     def toss(self, index: int, prob: float) -> bool:
         """Coin ``index``: True with probability ``prob``."""
@@ -89,5 +106,9 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     return inverse_cdf(probs, _uniforms(probs.shape[0], generator))
 
 
-def _uniforms(count: int, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.rand(count, generator=generator, dtype=torch.float64)  # [count] in [0, 1)
+def _uniforms(shape: int | torch.Size, generator: torch.Generator | None) -> torch.Tensor:
+    try:
+        return torch.rand(shape, generator=generator, dtype=torch.float64)  # [*shape] in [0, 1)
+    except TypeError:  # torch refused the generator: say why in our words
+        check_generator(generator, branching=False)
+        raise

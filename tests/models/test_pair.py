@@ -51,6 +51,11 @@ def test_vocabulary_mismatch_is_a_value_error(folders):
         load_pair(folders / "target", folders / "other")
 
 
+def test_a_hub_id_is_a_value_error_at_once():
+    with pytest.raises(ValueError, match="'gpt2': no such folder; models must be local paths"):
+        load_pair("gpt2")
+
+
 def test_missing_files_are_file_not_found(folders, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError):
         load_pair(folders / "target", tmp_path / "nothing" / "here")

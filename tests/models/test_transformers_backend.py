@@ -56,8 +56,9 @@ def test_context_limit_is_a_value_error(kv_cache):
 
 def test_resolve_model_path(tmp_path):
     assert resolve_model_path(tmp_path) == str(tmp_path)
-    assert resolve_model_path("gpt2") == "gpt2"  # hub ids pass through (loaded where there is a network)
-    assert resolve_model_path("openai-community/gpt2") == "openai-community/gpt2"
+    for hub_id in ("gpt2", "openai-community/gpt2"):
+        with pytest.raises(ValueError, match=f"'{hub_id}': no such folder; models must be local paths"):
+            resolve_model_path(hub_id)
     with pytest.raises(FileNotFoundError):
         resolve_model_path(tmp_path / "missing" / "model")
     (tmp_path / "file.txt").write_text("x")
@@ -74,6 +75,17 @@ def test_from_pretrained_loads_model_and_tokenizer(tmp_path):
     assert model.tokenizer.decode(model.tokenizer.encode("ab c")) == "ab c"
     with pytest.raises(FileNotFoundError, match="cannot load"):
         TransformersModel.from_pretrained(tmp_path / "..")  # a folder without a model
+
+
+def test_a_hub_id_fails_before_transformers_is_asked(monkeypatch):
+    import transformers
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("from_pretrained was called: a hub id would have gone to the network")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_network)
+    with pytest.raises(ValueError, match="models must be local paths"):
+        TransformersModel.from_pretrained("org/model")
 
 
 @pytest.mark.parametrize("arch,kv_cache", BACKENDS)

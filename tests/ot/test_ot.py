@@ -174,7 +174,7 @@ def test_network_size_limit():
         (np.array([0.5, 0.5]), np.array([0.5, 0.25, 0.25]), 2, {}, "V ="),
         (np.array([0.5, 0.6]), np.array([0.5, 0.5]), 2, {}, "sum to 1"),
         (np.array([0.5, 0.5], dtype=np.float16), np.array([0.5, 0.5]), 2, {}, "float32 or float64"),
-        (np.array(["a", "b"]), np.array([0.5, 0.5]), 2, {}, "float array"),
+        (np.array(["a", "b"]), np.array([0.5, 0.5]), 2, {}, "numeric array"),
         (np.array([], dtype=np.float64), np.array([0.5, 0.5]), 2, {}, "empty"),
         (np.array([np.nan, 1.0]), np.array([0.5, 0.5]), 2, {}, "NaN"),
         (np.array([-0.5, 1.5]), np.array([0.5, 0.5]), 2, {}, "negative"),
@@ -184,11 +184,35 @@ def test_network_size_limit():
         (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"tol": 0.0}, "tol"),
         (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"budget": 3}, "unknown limit"),
         (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"fallback": "lp"}, "fallback"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 1000, {"method": "gr"}, "above ot.solve's limit of 170.*171! overflows"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 171, {"method": "maxflow-cs"}, "limit of 170"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), None, {}, "num_drafts must be an integer"),
+        (np.array([0.5, 0.5], dtype=object), np.array([0.5, 0.5]), 2, {}, "target_probs: expected a numeric array"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"method": ["gr"]}, "unknown OT method"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"max_iter": 1.5}, "max_iter must be an integer >= 1, got 1.5"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"max_iter": None}, "max_iter must be an integer"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"max_arcs": float("inf")}, "max_arcs must be an integer"),
+        (np.array([0.5, 0.5]), np.array([0.5, 0.5]), 2, {"tol": "1e-4"}, "tol must be in"),
     ],
 )
 def test_bad_input_is_a_clear_value_error(target, draft, n, kwargs, match):
     with pytest.raises(ValueError, match=match):
         ot.solve(target, draft, n, **kwargs)
+
+
+@pytest.mark.parametrize("method", ["maxflow-cs", "gr"])
+def test_the_draft_limit_is_where_float64_factorials_end(method):
+    target, draft = np.array([0.3, 0.7]), np.array([0.9, 0.1])
+    plan = ot.solve(target, draft, ot.MAX_DRAFTS, method=method)
+    assert plan.acceptance == pytest.approx(plan.optimal_acceptance, abs=2 * TOL + 1e-9)
+    assert ot.optimal_acceptance(target, draft, 10 * ot.MAX_DRAFTS) <= 1.0  # no limit on alpha*
+
+
+def test_limits_may_be_written_as_floats():
+    target, draft = _instance(0, 4)
+    assert ot.solve(target, draft, 2, method="maxflow-cs", max_arcs=2e7).acceptance == pytest.approx(
+        ot.optimal_acceptance(target, draft, 2), abs=1e-9
+    )
 
 
 def test_inputs_may_be_lists_views_or_float32_tensors():

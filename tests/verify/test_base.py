@@ -8,7 +8,7 @@ import torch
 
 import draftverify
 from draftverify import get_verifier, verifiers
-from tests.factories import random_distributions, random_verify_inputs
+from tests.factories import random_distributions, random_verify_inputs, registered_verifier
 
 SINGLE = ["sd", "greedy", "bv", "gbv", "submaximal"]
 
@@ -88,6 +88,14 @@ def corrupt(kind):
         tokens, draft, target = tokens[:, :0], draft[:, :0], target[:, :1]
     elif kind == "not an array":
         draft = draft.tolist()
+    elif kind == "object array":
+        target = target.numpy().astype(object)
+    elif kind == "string tokens":
+        tokens = tokens.numpy().astype(str)
+    elif kind == "complex probs":
+        draft, target = draft.to(torch.complex64), target.to(torch.complex64)
+    elif kind == "empty vocabulary":
+        draft, target = draft[..., :0], target[..., :0]
     return tokens, draft, target
 
 
@@ -98,6 +106,9 @@ KINDS = {
     "nan": "NaN", "inf": "NaN or infinite", "negative": "negative", "not normalised": "sum to 1",
     "zero draft probability": "zero draft probability", "two drafts": "single-draft verifier given K = 2",
     "empty draft": "L >= 1", "not an array": "torch.Tensor or numpy array",
+    "object array": "target_probs: expected a numeric array, got dtype object",
+    "string tokens": "draft_tokens: expected a numeric array", "complex probs": "float32 or float64, got torch.complex64",
+    "empty vocabulary": r"empty vocabulary \(V = 0\)",
 }
 
 
@@ -130,3 +141,34 @@ def test_seeded_calls_are_bit_identical(name):
     verifier = get_verifier(name)
     runs = [[verifier.verify(tokens, draft, target, generator=torch.Generator().manual_seed(7)) for _ in range(5)] for _ in range(2)]
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("bad", [42, np.random.default_rng(0)], ids=["int", "numpy"])
+@pytest.mark.parametrize("name", [info.name for info in verifiers()])
+def test_a_generator_that_is_not_a_torch_generator_is_a_value_error(name, bad):
+    verifier = registered_verifier(name)
+    num_drafts = 2 if verifier.multi_draft else 1
+    with pytest.raises(ValueError, match="generator: expected a torch.Generator"):
+        verifier.verify(*valid_inputs(num_drafts=num_drafts, dtype=torch.float64), generator=bad)
+
+
+def test_probabilities_that_require_grad_are_read_without_their_graph():
+    tokens, draft, target = valid_inputs(num_drafts=2, dtype=torch.float64)
+    for name in ("kseq", "ot"):  # both hand the rows to numpy
+        get_verifier(name).verify(tokens, draft.requires_grad_(), target, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(
+    "name,options,message",
+    [
+        (None, {}, "verifier name: expected a str"),
+        ("submaximal", {"fraction": None}, "option fraction expects a float, got None"),
+        ("submaximal", {"fraction": "0.5"}, "option fraction expects a float, got '0.5'"),
+        ("sd", {"validate": "no"}, "option validate expects a bool"),
+        ("ot", {"solver": ["gr"]}, "option solver expects a str"),
+        ("ot", {"tol": True}, "option tol expects a float"),
+    ],
+)
+def test_option_of_the_wrong_type_is_a_value_error(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        get_verifier(name, **options)

@@ -347,6 +347,8 @@ def valid_inputs():
         (lambda a, k: k.update(uniforms=torch.ones(7, dtype=torch.float64)), r"must lie in \[0, 1\)"),
         (lambda a, k: k.update(max_draft_len=2), "below the longest draft"),
         (lambda a, k: k.update(fraction=0.5), "takes no fraction"),
+        (lambda a, k: k.update(generator=7), "generator: expected a torch.Generator .* or None, got int"),
+        (lambda a, k: k.update(generator=np.random.default_rng(0)), "got numpy.random._generator.Generator"),
     ],
 )
 def test_public_boundary_rejects_bad_inputs(change, message):
@@ -365,6 +367,8 @@ def test_drafted_token_of_zero_draft_probability_is_rejected():
         verify_batch("submaximal", tokens, draft, target, cu, fraction=1.5)
     with pytest.raises(ValueError, match="unknown batched method"):
         verify_batch("gbv", tokens, draft, target, cu)
+    with pytest.raises(ValueError, match="generator: expected a torch.Generator"):
+        draw_uniforms(3, 2, generator=BranchingSource())  # a batch draws its uniforms; it cannot branch
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

@@ -35,23 +35,29 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def resolve_model_path(name_or_path: str | Path) -> str:
-    """A local folder as a string, or a hub id passed through; ``FileNotFoundError`` otherwise."""
+    """A local model folder, as a string. Models must be local paths: a name that is no folder here
+    and reads as a hub id (``gpt2``, ``owner/name``) raises ``ValueError`` at once, before
+    transformers would spend half a minute retrying the network; a missing path or a file raises
+    ``FileNotFoundError``."""
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():
         return str(path)
     if path.exists():
         raise FileNotFoundError(f"{text}: expected a model folder, found a file")
-    if not _HUB_ID.match(text):
-        raise FileNotFoundError(f"{text}: no such model folder")
-    return text
+    if _HUB_ID.match(text):
+        raise ValueError(
+            f"{text!r}: no such folder; models must be local paths (draftverify never downloads from the "
+            "Hugging Face hub: download the model first and pass its folder)"
+        )
+    raise FileNotFoundError(f"{text}: no such model folder")
 
 
 def _load(loader: Any, name_or_path: str | Path, what: str, **kwargs: Any) -> Any:
     location = resolve_model_path(name_or_path)
     try:
-        return loader.from_pretrained(location, **kwargs)
-    except (OSError, ValueError) as error:  # a hub id without network, a folder without a model
+        return loader.from_pretrained(location, local_files_only=True, **kwargs)
+    except (OSError, ValueError) as error:  # a folder without a model
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise FileNotFoundError(f"cannot load the {what} from {location!r}: {first_line}") from None
 
@@ -96,8 +102,8 @@ class TransformersModel(LanguageModel):
         cls, name_or_path: str | Path, *, tokenizer: str | Path | None = None, dtype: torch.dtype = torch.float32,
         kv_cache: str | None = None,
     ) -> TransformersModel:
-        """Load a model from a local folder or a hub id (hub ids need a network); the tokenizer from
-        ``tokenizer`` if given, else from the same place when it has one."""
+        """Load a model from a local folder (see :func:`resolve_model_path`); the tokenizer from
+        ``tokenizer`` if given, else from the same folder when it has one."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = _load(AutoModelForCausalLM, name_or_path, "model", dtype=dtype)

@@ -53,10 +53,12 @@ def _embedded(part: str) -> Path:
 def load_pair(target: str | Path | None = None, draft: str | Path | None = None) -> ModelPair:
     """The target and draft to decode with.
 
-    ``target``: a ``transformers`` folder or hub id (default: the embedded target, with the embedded
-    tokenizer); its tokenizer comes from the same place. ``draft``: a folder or hub id, ``"ngram"``
-    for the embedded n-gram drafter, or None for the embedded transformer draft. A draft whose
-    vocabulary differs from the target's raises ``ValueError``; a missing path ``FileNotFoundError``.
+    ``target``: a ``transformers`` folder (default: the embedded target, with the embedded
+    tokenizer); its tokenizer comes from the same folder. ``draft``: a folder, ``"ngram"`` for the
+    embedded n-gram drafter, or None for the embedded transformer draft. Models must be local
+    paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
+    (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
+    ``ValueError``.
     """
     if target is None:
         target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=_embedded("tokenizer"))

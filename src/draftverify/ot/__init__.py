@@ -8,7 +8,7 @@ arrays in, results out.
 
 from ._networks import NetworkTooLarge
 from ._plan import TransportPlan
-from ._solve import METHODS, solve
+from ._solve import MAX_DRAFTS, METHODS, solve
 from ._subset import optimal_acceptance, optimal_subset
 
-__all__ = ["METHODS", "NetworkTooLarge", "TransportPlan", "optimal_acceptance", "optimal_subset", "solve"]
+__all__ = ["MAX_DRAFTS", "METHODS", "NetworkTooLarge", "TransportPlan", "optimal_acceptance", "optimal_subset", "solve"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from functools import partial
 
@@ -9,8 +10,11 @@ from . import _gr, _networks
 from ._plan import Decomposed, TransportPlan
 from ._subset import Instance, make_instance
 
-__all__ = ["solve", "METHODS"]
+__all__ = ["solve", "METHODS", "MAX_DRAFTS"]
 
+# The solvers weigh a drafted set by multinomial coefficients n! / (m_0! m_1! ... m_s!) in float64
+# (``_networks.set_masses``, ``_objectives``): 170! is the largest factorial below 2^1024.
+MAX_DRAFTS = 170
 _DEFAULT_LIMITS = {"max_arcs": 20_000_000, "max_iter": 50, "fallback": "maxflow-cs"}
 
 
@@ -44,6 +48,13 @@ METHODS = {
 }
 
 
+def _whole_number(value) -> bool:
+    """An integer >= 1, or a float of such a value (``max_arcs=2e7``); never a bool, NaN or inf."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return value >= 1 and (isinstance(value, numbers.Integral) or float(value).is_integer())
+
+
 def solve(target_probs, draft_probs, num_drafts: int, method: str = "gr", tol: float = 1e-4, **limits) -> TransportPlan:
     """An optimal transport for ``num_drafts`` i.i.d. drafts from ``draft_probs`` to ``target_probs``.
 
@@ -56,24 +67,33 @@ def solve(target_probs, draft_probs, num_drafts: int, method: str = "gr", tol: f
     Every method works on the draft's support (seed 001 appendix N): with a top-k draft that is the
     top-k set, and tokens outside it only receive residual mass. ``tol`` matters only for ``gr``.
 
+    ``num_drafts`` is at most :data:`MAX_DRAFTS` (170; ``optimal_acceptance`` has no such limit).
     limits: ``max_arcs`` (network size above which the network methods raise ``ValueError``,
     default 2e7), ``max_iter`` (Newton iterations per ``gr`` system, default 50), ``fallback``
     (``"maxflow-cs"`` or None: the exact method serving a ``gr`` system that did not converge).
     """
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"unknown OT method {method!r}; known: {', '.join(METHODS)}")
     unknown = sorted(set(limits) - set(_DEFAULT_LIMITS))
     if unknown:
         raise ValueError(f"unknown limit(s) {', '.join(unknown)}; known: {', '.join(_DEFAULT_LIMITS)}")
     settings = {**_DEFAULT_LIMITS, **limits}
-    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+    if isinstance(tol, bool) or not (isinstance(tol, numbers.Real) and 0 < tol < 1):
         raise ValueError(f"tol must be in (0, 1), got {tol!r}")
     if settings["fallback"] not in ("maxflow-cs", None):
         raise ValueError(f"fallback must be 'maxflow-cs' or None, got {settings['fallback']!r}")
-    if int(settings["max_iter"]) < 1 or int(settings["max_arcs"]) < 1:
-        raise ValueError("max_iter and max_arcs must be >= 1")
+    for key in ("max_iter", "max_arcs"):
+        if not _whole_number(settings[key]):
+            raise ValueError(f"{key} must be an integer >= 1, got {settings[key]!r}")
+        settings[key] = int(settings[key])
     start = time.perf_counter()
     instance = make_instance(target_probs, draft_probs, num_drafts)
+    if instance.num_drafts > MAX_DRAFTS:
+        raise ValueError(
+            f"num_drafts = {instance.num_drafts} is above ot.solve's limit of {MAX_DRAFTS}: the solvers weigh "
+            f"drafted tuples by multinomial coefficients up to n!, and {MAX_DRAFTS + 1}! overflows float64 "
+            "(ot.optimal_acceptance has no such limit)"
+        )
     solution = METHODS[method](instance, float(tol), settings)
     return TransportPlan(
         method=method,

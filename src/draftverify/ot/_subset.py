@@ -19,15 +19,10 @@ __all__ = ["Instance", "make_instance", "optimal_acceptance", "optimal_subset"]
 
 
 def _as_distribution(probs, name: str) -> np.ndarray:
-    """A float64 copy of one distribution [V], validated by :func:`draftverify.probs.check_distributions`
-    (float32/float64, finite, non-negative, summing to 1 within its tolerance; nothing renormalised)."""
-    if isinstance(probs, torch.Tensor):
-        tensor = probs.detach()
-    else:
-        try:
-            tensor = as_tensor(np.ascontiguousarray(probs), name)  # torch cannot view negative strides
-        except TypeError:  # e.g. an object array, which torch cannot view
-            raise ValueError(f"{name}: expected a float array, got {type(probs).__name__}") from None
+    """A float64 copy of one distribution [V] (a tensor, an array or a list), validated by
+    :func:`draftverify.probs.check_distributions` (float32/float64, finite, non-negative, summing to
+    1 within its tolerance; nothing renormalised)."""
+    tensor = as_tensor(probs if isinstance(probs, torch.Tensor) else np.asarray(probs), name)
     if tensor.dim() != 1:
         raise ValueError(f"{name}: expected shape [V], got {tuple(tensor.shape)}")
     check_distributions(tensor, name)

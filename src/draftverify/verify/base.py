@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..probs import as_tensor, check_distributions
-from ..rng import BranchingSource
+from ..rng import BranchingSource, check_generator
 
 __all__ = [
     "VerifyResult",
@@ -67,8 +67,9 @@ class VerifierInfo:
 class Verifier(ABC):
     """Base class: subclasses are frozen dataclasses whose fields are the verifier's options.
 
-    ``verify`` validates the inputs (see :func:`check_inputs`) and calls ``_verify`` with tensors of
-    shapes ``[K, L]``, ``[K, L, V]`` and ``[K, L + 1, V]``. The option ``validate`` (default True)
+    ``verify`` validates the inputs (see :func:`check_inputs`) and the generator
+    (:func:`draftverify.rng.check_generator`) and calls ``_verify`` with tensors of shapes
+    ``[K, L]``, ``[K, L, V]`` and ``[K, L + 1, V]``. The option ``validate`` (default True)
     can be turned off by a caller whose inputs are valid by construction: shapes, dtypes and token
     ranges are still checked, the passes over the values (finite, non-negative, rows summing to
     one, drafted tokens with positive draft probability) are skipped. ``multidraft-bv`` turns it
@@ -99,6 +100,7 @@ class Verifier(ABC):
         tokens, draft, target = check_inputs(
             draft_tokens, draft_probs, target_probs, multi_draft=self.multi_draft, check_values=self.validate
         )
+        check_generator(generator)
         return self._verify(tokens, draft, target, generator, state)
 
     @abstractmethod
@@ -139,11 +141,13 @@ def get_verifier(name: str, **options: Any) -> Verifier:
 
     ``name`` may carry its options in the method grammar of :mod:`.spec`, e.g.
     ``get_verifier("ot(solver=gr,tol=1e-4)")``. Unknown names and options raise ``ValueError``
-    listing what exists.
+    listing what exists; so does an option value of the wrong type.
     """
-    if "(" in name or "@" in name:
-        from .spec import parse_method
+    from .spec import check_option_values, parse_method  # spec imports this module
 
+    if not isinstance(name, str):
+        raise ValueError(f"verifier name: expected a str such as 'bv', got {type(name).__name__}")
+    if "(" in name or "@" in name:
         spec = parse_method(name)
         if spec.draft is not None or spec.num_drafts is not None or spec.draft_length is not None:
             raise ValueError(f"{name!r}: K, L and @draft are decoding settings; get_verifier takes the verifier alone")
@@ -157,6 +161,7 @@ def get_verifier(name: str, **options: Any) -> Verifier:
     if unknown:
         takes = ", ".join(sorted(allowed)) or "no options"
         raise ValueError(f"verifier {name!r} does not take option(s) {', '.join(unknown)}; it takes {takes}")
+    check_option_values(name, options)
     return cls(**options)
 
 
@@ -180,9 +185,10 @@ def check_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validate the contract's arrays; return them as tensors (tokens as int64).
 
-    Raises ``ValueError`` for: wrong rank or shape, V mismatch, non-integer tokens, float dtype
-    mismatch, K > 1 for a single-draft verifier, and, with ``check_values``: tokens outside [0, V),
-    NaN/inf/negative entries, rows not summing to one, a drafted token with zero draft probability.
+    Raises ``ValueError`` for: arrays that are not tensors or numeric numpy arrays, wrong rank or
+    shape, V = 0, V mismatch, non-integer tokens, float dtype mismatch, K > 1 for a single-draft
+    verifier, tokens outside [0, V), and, with ``check_values``: NaN/inf/negative entries, rows not
+    summing to one, a drafted token with zero draft probability.
     """
     tokens = as_tensor(draft_tokens, "draft_tokens")
     draft = as_tensor(draft_probs, "draft_probs")
@@ -199,6 +205,8 @@ def check_inputs(
     if draft.dim() != 3 or tuple(draft.shape[:2]) != (num_drafts, length):
         raise ValueError(f"draft_probs: expected shape [K={num_drafts}, L={length}, V], got {tuple(draft.shape)}")
     vocab = draft.shape[2]
+    if vocab < 1:
+        raise ValueError(f"draft_probs: empty vocabulary (V = 0) in shape {tuple(draft.shape)}")
     if tuple(target.shape) != (num_drafts, length + 1, vocab):
         raise ValueError(
             f"target_probs: expected shape [K={num_drafts}, L+1={length + 1}, V={vocab}] "

@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from ..probs import as_tensor, check_distributions
+from ..rng import check_generator
 from .batched_kernels import (
     PAD_TOKEN_ID,
     BatchedVerifyResult,
@@ -54,6 +55,7 @@ def draw_uniforms(
     CPU generator one draw of n values equals consecutive draws of their parts, so this is the
     stream the per-row verifiers would consume row after row.
     """
+    check_generator(generator, branching=False)
     return torch.rand(num_tokens + batch_size, generator=generator, dtype=torch.float64, device=device)
 
 
@@ -79,7 +81,7 @@ def verify_batch(
     ``max_draft_len`` (the serving engine knows it) saves the one host read of the offsets' maximum.
     Raises ``ValueError`` with what is wrong.
     """
-    if method not in BATCHED_KERNELS:
+    if not isinstance(method, str) or method not in BATCHED_KERNELS:
         raise ValueError(f"unknown batched method {method!r}; known: {', '.join(sorted(BATCHED_KERNELS))}")
     kernel = BATCHED_KERNELS[method]
     if method == "submaximal":

@@ -13,6 +13,7 @@ is an error naming the option and the type it expects. Every command and the Pyt
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import re
 import types
 import typing
@@ -21,7 +22,7 @@ from typing import Any
 
 from .base import _REGISTRY, _ensure_loaded
 
-__all__ = ["MethodSpec", "parse_method", "typed_options"]
+__all__ = ["MethodSpec", "check_option_values", "parse_method", "typed_options"]
 
 SETTINGS = {"K": "num_drafts", "L": "draft_length"}  # decoding settings written beside the options
 _SPEC = re.compile(r"^\s*(?P<name>[A-Za-z][\w\-]*)\s*(?:\((?P<options>[^()]*)\))?\s*(?:@\s*(?P<draft>[\w\-./]+))?\s*$")
@@ -89,13 +90,39 @@ def typed_options(name: str, pairs: list[tuple[str, str]]) -> dict[str, Any]:
     return options
 
 
+_EXPECTED = {bool: "a bool (true or false)", int: "an int", float: "a float", str: "a str"}
+_IS = {
+    bool: lambda value: isinstance(value, bool),
+    int: lambda value: isinstance(value, numbers.Integral) and not isinstance(value, bool),
+    float: lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool),
+    str: lambda value: isinstance(value, str),
+}
+
+
+def check_option_values(name: str, options: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for an option of verifier ``name`` given in Python (not as text) whose
+    value is not of its field's type: an int passes for a float, None only where the field is
+    ``X | None``, and an ``Any`` field takes anything (the verifier checks it)."""
+    hints = typing.get_type_hints(_REGISTRY[name])
+    for key, value in options.items():
+        kind, optional = _unwrap(hints.get(key, Any))
+        if kind in _IS and not _IS[kind](value) and not (optional and value is None):
+            expected = _EXPECTED[kind] + (" or None" if optional else "")
+            raise ValueError(f"verifier {name!r}: option {key} expects {expected}, got {value!r}")
+
+
+def _unwrap(kind: Any) -> tuple[Any, bool]:
+    """(the type inside ``X | None``, True) or (``kind``, False)."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in typing.get_args(kind):
+        return next(a for a in typing.get_args(kind) if a is not type(None)), True
+    return kind, False
+
+
 def _convert(name: str, key: str, text: str, kind: Any) -> Any:
     """``text`` as a value of type ``kind``; ``ValueError`` naming the option and the type."""
-    optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in typing.get_args(kind)
-    if optional:
-        if text.lower() == "none":
-            return None
-        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    kind, optional = _unwrap(kind)
+    if optional and text.lower() == "none":
+        return None
     try:
         if kind is bool:
             lowered = text.lower()
@@ -107,8 +134,7 @@ def _convert(name: str, key: str, text: str, kind: Any) -> Any:
         if kind is float:
             return float(text)
     except ValueError:
-        expected = {bool: "a bool (true or false)", int: "an int", float: "a float"}[kind]
-        raise ValueError(f"verifier {name!r}: option {key} expects {expected}, got {text!r}") from None
+        raise ValueError(f"verifier {name!r}: option {key} expects {_EXPECTED[kind]}, got {text!r}") from None
     return text  # str, or Any (a path, a name)
 
 
