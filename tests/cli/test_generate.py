@@ -55,3 +55,14 @@ def test_bad_input_is_one_line_and_exit_code_2(folders, capsys, extra, message):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err and "Traceback" not in err
 
+
+def test_greedy_decodes_at_temperature_0_as_argmax_sampling_does(folders, capsys):
+    common = ["generate", "def f(x):", "--max-new-tokens", "8", "--target", str(folders / "target"),
+              "--draft", str(folders / "draft")]
+    assert main([*common, "--method", "greedy"]) == 0  # temperature 0 without being told
+    greedy = capsys.readouterr().out
+    assert main([*common, "--method", "ar", "--temperature", "0"]) == 0
+    ar = capsys.readouterr().out
+    assert greedy.rpartition("\n\n-- ")[0] == ar.rpartition("\n\n-- ")[0]
+    assert main([*common, "--method", "greedy", "--temperature", "1"]) == 2  # sampled drafts: refused
+    assert "--temperature" in capsys.readouterr().err

@@ -47,4 +47,4 @@ def test_kseq_topic(capsys):
 )
 def test_bad_input_exits_with_code_2(capsys, argv):
     code, _, err = run(capsys, *argv)
-    assert code == 2 and err.startswith("draftverify theory: error:")
+    assert code == 2 and err.startswith(f"draftverify theory {argv[0]}: error:") and "--" in err

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..engine import GenerationResult, generate
 from ..models.base import LanguageModel
 from ..verify import parse_method
+from .progress import track
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 __all__ = ["MethodRun", "run_spec", "compare", "format_table"]
 
@@ -71,12 +75,13 @@ def compare(
     drafts: dict[str, LanguageModel] | None = None,
     tokenizer: Any = None,
     out: TextIO = sys.stdout,
+    progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Complete ``prompt`` (default: HumanEval/0) with each method; print the prompt, each
     method's completion under a ``# --- method ---`` line, and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
 
     Default models: the embedded pair, its transformer draft as ``"draft"`` and its n-gram drafter
-    as ``"ngram"``. Returns the table rows.
+    as ``"ngram"``. ``progress`` (see :mod:`.progress`) follows the methods. Returns the table rows.
     """
     if target is None:
         from ..models.pair import load_ngram_draft, load_pair
@@ -93,7 +98,8 @@ def compare(
     settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, draft_length=draft_length, seed=seed)
     for spec in specs:  # warm-up: one-time allocations are not timed
         run_spec(spec, target, drafts, prompt_ids, **{**settings, "max_new_tokens": 2})
-    runs = [run_spec(spec, target, drafts, prompt_ids, tokenizer=tokenizer, **settings) for spec in specs]
+    runs = [run_spec(spec, target, drafts, prompt_ids, tokenizer=tokenizer, **settings)
+            for spec in track(progress, specs, "methods on the prompt")]
     ar = next((r.result.tokens_per_second for r in runs if r.spec == "ar"), None)
     rows = [
         dict(

@@ -20,50 +20,21 @@ import platform
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..engine import AR
 from .plots import plot_all
 from .probes import first_token_deviation
+from .progress import track
 from .prompts import fingerprint, load_prompts
 from .report import console_table, markdown
 from .summary import summarize
 from .sweep import RunConfig, Sweep, run_sweep
 
-DEFAULTS = dict(prompts="mixed", num_prompts=3, methods=["ar", "sd", "bv", "gbv", "kseq"], num_drafts=[1, 3],
-                draft_lengths=[2, 4, 6], temperatures=[0.0, 1.0], drafts=["draft"], seeds=[0, 1], max_new_tokens=48)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = DEFAULTS
-    parser.add_argument("--prompts", default=d["prompts"], help="humaneval, mixed (built in) or a JSONL file (default mixed)")
-    parser.add_argument("--field", default="text", help="JSONL field holding the prompt (default text)")
-    parser.add_argument("--num-prompts", type=int, default=d["num_prompts"], help="first N prompts of the set (default 3)")
-    parser.add_argument("--methods", nargs="+", default=d["methods"],
-                        help="ar and verifiers, options in parentheses (e.g. ot(solver=gr,tol=1e-4))")
-    parser.add_argument("--num-drafts", type=int, nargs="+", default=d["num_drafts"], help="values of K (single-draft methods use K = 1)")
-    parser.add_argument("--draft-lengths", type=int, nargs="+", default=d["draft_lengths"], help="values of L")
-    parser.add_argument("--temperatures", type=float, nargs="+", default=d["temperatures"], help="0 adds the greedy equality check")
-    parser.add_argument("--drafts", nargs="+", default=d["drafts"], help="draft kinds: draft (transformer), ngram")
-    parser.add_argument("--seeds", type=int, nargs="+", default=d["seeds"])
-    parser.add_argument("--top-k", type=int, default=None, help="top-k warping of draft and target")
-    parser.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"])
-    parser.add_argument("--stop-at-eos", action="store_true", help="stop at EOS (default: every run makes max-new-tokens)")
-    parser.add_argument("--deviation-samples", type=int, default=128,
-                        help="one-token decodings per prompt for the first-token TV of inexact methods (0: skip)")
-    parser.add_argument("--deviation-prompts", type=int, default=2, help="prompts used for the deviation (default 2)")
-    parser.add_argument("--out", default="decode-results", help="output folder (default ./decode-results)")
-    parser.add_argument("--plots-dir", default=None, help="folder for the PNGs (default: --out)")
-    parser.add_argument("--cache", default=None, help="folder of the per-configuration run cache (default: OUT/cache)")
-    parser.add_argument("--prefix", default="decode", help="file name prefix of the plots (default decode)")
-    parser.add_argument("--title", default="Decode benchmark")
-    parser.add_argument("--no-resume", action="store_true", help="ignore and overwrite cached runs")
-    parser.add_argument("--target", default=None, help="target folder (default: embedded pair)")
-    parser.add_argument("--draft", default=None, help="transformer draft folder (default: embedded pair)")
-    parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run without the pair)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def _models(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
@@ -100,11 +71,11 @@ def command(args: argparse.Namespace) -> str:
 
 
 def _deviations(args, context: dict[str, Any], configs: list[RunConfig], target, drafts, prompts: list[list[int]], exact: dict[str, bool],
-                cache: Path) -> dict[str, dict[str, float]]:
+                cache: Path, progress: Progress | None = None) -> dict[str, dict[str, float]]:
     """First-token TV of every inexact configuration (mean over the first prompts), cached;
     ``{"error": message}`` where the one-token decodings raised."""
     out = {}
-    for config in configs:
+    for config in track(progress, configs, "first-token deviation"):
         if config.method == AR or exact.get(config.method, False) or args.deviation_samples <= 0:
             continue
         path = cache / f"deviation-{config.key(dict(context, samples=args.deviation_samples, deviation_prompts=args.deviation_prompts))}.json"
@@ -121,7 +92,7 @@ def _deviations(args, context: dict[str, Any], configs: list[RunConfig], target,
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from ..verify import verifiers
@@ -129,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
     hf_logging.set_verbosity_error()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.max_new_tokens < 1 or args.deviation_samples < 0 or args.deviation_prompts < 1:
-        raise ValueError("--max-new-tokens and --deviation-prompts must be >= 1, --deviation-samples >= 0")
     sweep = Sweep(tuple(args.methods), tuple(args.num_drafts), tuple(args.draft_lengths), tuple(args.temperatures),
                   tuple(args.drafts), tuple(args.seeds), args.top_k)
     texts = load_prompts(args.prompts, field=args.field, limit=args.num_prompts)
@@ -142,12 +111,12 @@ def run(args: argparse.Namespace) -> int:
                    stop_at_eos=args.stop_at_eos, drafts={k: _model_fingerprint(v) for k, v in drafts.items()})
     result = run_sweep(sweep, target, drafts, prompts, max_new_tokens=args.max_new_tokens,
                        ignore_eos=not args.stop_at_eos, cache_dir=cache, context=context,
-                       resume=not args.no_resume, decode=tokenizer.decode)
+                       resume=not args.no_resume, decode=tokenizer.decode, progress=progress)
     records = result.records
     exact = {info.name: info.exact for info in verifiers()}
     rows = summarize(records, exact)
     configs = [c for c in sweep.configs() if c.label not in result.failures]
-    deviation = _deviations(args, context, configs, target, drafts, prompts, exact, cache)
+    deviation = _deviations(args, context, configs, target, drafts, prompts, exact, cache, progress)
     settings = dict(prompts=f"{args.prompts} (first {len(texts)})", seeds=list(args.seeds), max_new_tokens=args.max_new_tokens,
                     stop_at_eos=args.stop_at_eos, top_k=args.top_k, models="tiny random" if args.tiny else (args.target or "embedded pair"),
                     threads=torch.get_num_threads(), machine=f"{platform.machine()}, torch {torch.__version__}")

@@ -18,24 +18,19 @@ import argparse
 import json
 import statistics
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from ..models.base import LanguageModel
+from .progress import track
 
-__all__ = ["add_arguments", "call_costs", "ratios", "run"]
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+__all__ = ["call_costs", "ratios", "run"]
 
 KV_CACHES = ("dynamic", "static")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repeats", type=int, default=200, help="timed calls per kind and variant (default 200)")
-    parser.add_argument("--prompt-length", type=int, default=150, help="tokens the caches hold (default 150)")
-    parser.add_argument("--draft-length", type=int, default=4, help="L: the target scores L + 1 tokens (default 4)")
-    parser.add_argument("--accepted", type=int, default=2, help="drafted tokens keep_draft keeps (default 2)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--json", default=None, help="also write the JSON to this file")
 
 
 def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> Callable[[], None]:
@@ -58,9 +53,11 @@ def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length:
 
 
 def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt: list[int], *, repeats: int,
-               draft_length: int, accepted: int, seed: int = 0) -> dict[str, dict[str, float]]:
+               draft_length: int, accepted: int, seed: int = 0,
+               progress: Progress | None = None) -> dict[str, dict[str, float]]:
     """Median seconds per call of each kind (``target_1``, ``target_{L+1}``, ``draft_1``) for each
-    variant (name -> (target, draft)), calls interleaved across variants and kinds."""
+    variant (name -> (target, draft)), calls interleaved across variants and kinds; ``progress``
+    (see :mod:`.progress`) follows the rounds."""
     generator = torch.Generator().manual_seed(seed)
     calls: dict[tuple[str, str], Callable[[], None]] = {}
     score_kind = f"target_{draft_length + 1}"
@@ -76,7 +73,7 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt:
         for _ in range(5):
             call()
     seconds: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
-    for _ in range(repeats):
+    for _ in track(progress, range(repeats), "timed rounds"):
         for key, call in calls.items():
             start = time.perf_counter()
             call()
@@ -93,7 +90,7 @@ def ratios(costs: dict[str, float], draft_length: int) -> dict[str, float]:
     return {"score_vs_one_token": costs[f"target_{draft_length + 1}"] / one, "draft_cost_c": costs["draft_1"] / one}
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from ..models.hf import TransformersModel
@@ -110,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     }
     prompt = torch.randint(0, pair.target.vocab_size, (args.prompt_length,),
                            generator=torch.Generator().manual_seed(1)).tolist()
-    costs = call_costs(variants, prompt, repeats=args.repeats, draft_length=args.draft_length, accepted=args.accepted)
+    costs = call_costs(variants, prompt, repeats=args.repeats, draft_length=args.draft_length, accepted=args.accepted,
+                       progress=progress)
     rows = [dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c, args.draft_length))
             for name, c in costs.items()]
     report = dict(settings=dict(repeats=args.repeats, prompt_length=args.prompt_length, draft_length=args.draft_length,

@@ -13,15 +13,21 @@ target-sampled continuations of HumanEval prompts (:func:`model_pairs`). Both fe
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import ot
 from ..ot import NetworkTooLarge
+from .progress import track
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # seed 001 Table 1, Llama-3 70B/8B: ms per token (GR: success rate in brackets); None = not run
 PAPER = {
@@ -95,25 +101,6 @@ def top_k(probs: np.ndarray, k: int) -> np.ndarray:
     out = np.zeros_like(probs)
     out[keep] = probs[keep]
     return out / out.sum()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--top-k", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--drafts", type=int, nargs="+", default=[2, 3, 4, 5])
-    parser.add_argument("--methods", nargs="+", default=["lp", "maxflow", "maxflow-cs", "gr@0.001", "gr@0.0001"],
-                        help="method names of draftverify.ot.solve; gr@TOL sets gr's tol")
-    parser.add_argument("--tokens", type=int, default=40, help="tokens (distribution pairs) per cell")
-    parser.add_argument("--cell-seconds", type=float, default=20.0, help="stop a cell after this much solve time")
-    parser.add_argument("--max-arcs", type=int, nargs=3, default=[300_000, 4_000_000, 4_000_000],
-                        metavar=("LP", "MAXFLOW", "MAXFLOW_CS"), help="network size limits (cells above are skipped)")
-    parser.add_argument("--source", choices=["synthetic", "pair"], default="synthetic",
-                        help="synthetic LM-like pairs, or the embedded model pair on HumanEval continuations")
-    parser.add_argument("--prompts", type=int, default=4, help="--source pair: HumanEval prompts the positions come from")
-    parser.add_argument("--vocab-size", type=int, default=32000, help="--source synthetic only")
-    parser.add_argument("--noise", type=float, default=0.65, help="--source synthetic only")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="write the JSON results here (default: stdout)")
-    parser.add_argument("--markdown", help="write the Markdown table here")
 
 
 def _method(spec: str) -> tuple[str, float]:
@@ -205,16 +192,15 @@ def distributions(args: argparse.Namespace) -> tuple[list[tuple[np.ndarray, np.n
                    "vocab_size": args.vocab_size, "noise": args.noise, "tokens": args.tokens, "seed": args.seed}
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     full, source = distributions(args)
+    truncated = {k: [(target, top_k(draft, k)) for target, draft in full] for k in args.top_k}
     results = []
-    for k in args.top_k:
-        pairs = [(target, top_k(draft, k)) for target, draft in full]
-        for n in args.drafts:
-            for spec in args.methods:
-                cell = _cell(pairs, k, n, spec, args, np.random.default_rng([args.seed, k, n]))
-                results.append(cell)
-                print(json.dumps(cell), file=sys.stderr, flush=True)
+    cells = list(itertools.product(args.top_k, args.drafts, args.methods))
+    for k, n, spec in track(progress, cells, "cells (top-k, drafts, method)"):
+        cell = _cell(truncated[k], k, n, spec, args, np.random.default_rng([args.seed, k, n]))
+        results.append(cell)
+        print(json.dumps(cell), file=sys.stderr, flush=True)
     meta = {
         "load_average_at_end": list(os.getloadavg()), "cpu_count": os.cpu_count(),
         **source,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,10 @@ from .. import get_verifier
 from ..testing import KnownLawPair, MarkovModel, decode_known_law, enumerate_outcomes, exact_sequence_law, random_pair
 from ..testing.checker import _draw_drafts
 from ..theory import multidraft_acceptance, spectr_gbv_claimed_bound
+from .progress import track
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # (label, verifier name, options, uses K drafts)
 METHODS = (
@@ -86,7 +91,7 @@ def regression() -> dict:
     }
 
 
-def exactness(quick: bool) -> list[dict]:
+def exactness(quick: bool, progress: Progress | None = None) -> list[dict]:
     """TV between the exact law of the first 3 tokens (through the whole decoding loop) and the target."""
     pair = random_pair(vocab_size=2, order=2, seed=3)
     target = pair.target.law(3)
@@ -95,7 +100,7 @@ def exactness(quick: bool) -> list[dict]:
     if quick:
         cases = [case for case in cases if case[2] < 3]
     rows = []
-    for name, options, k, length in cases:
+    for name, options, k, length in track(progress, cases, "exactness by enumeration"):
         law = exact_sequence_law(get_verifier(name, **options), pair, num_drafts=k, draft_length=length, num_tokens=3)
         rows.append({"verifier": name, "K": k, "L": length, "tv": float(0.5 * np.abs(law - target).sum())})
     return rows
@@ -132,9 +137,9 @@ def long_run(verifier, pair, num_drafts, draft_length, runs: int, num_tokens: in
     return float(np.mean(per_run)), float(np.std(per_run) / np.sqrt(runs))
 
 
-def efficiency(instances, runs: int, num_tokens: int, seed: int) -> list[dict]:
+def efficiency(instances, runs: int, num_tokens: int, seed: int, progress: Progress | None = None) -> list[dict]:
     rows = []
-    for vocab, pair_seed, k, length in instances:
+    for vocab, pair_seed, k, length in track(progress, instances, "block efficiency on toy pairs"):
         pair = random_pair(vocab_size=vocab, order=2, seed=pair_seed)
         row = {"V": vocab, "pair_seed": pair_seed, "K": k, "L": length, "claimed": float(
             spectr_gbv_claimed_bound(_tables(pair.target, length), _tables(pair.draft, length), k).sum())}
@@ -160,22 +165,13 @@ def _tables(model: MarkovModel, length: int) -> list[np.ndarray]:
     return tables
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="fewer instances (a smoke run)")
-    parser.add_argument("--runs", type=int, default=0, help="long-run decodings per verifier and instance (default 0: skip)")
-    parser.add_argument("--num-tokens", type=int, default=60, help="tokens per long-run decoding")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="also write the JSON to this file")
-
-
-def run(args) -> int:
-    if args.runs < 0 or args.num_tokens < 1:
-        raise ValueError("--runs must be >= 0 and --num-tokens >= 1")
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     report = {
         "regression": regression(),
-        "exactness": exactness(args.quick),
+        "exactness": exactness(args.quick, progress),
         "claim_vs_optimum": claim_against_optimum(3, args.seed),
-        "efficiency": efficiency(QUICK_INSTANCES if args.quick else INSTANCES, args.runs, args.num_tokens, args.seed),
+        "efficiency": efficiency(QUICK_INSTANCES if args.quick else INSTANCES, args.runs, args.num_tokens, args.seed,
+                                 progress),
     }
     text = json.dumps(report, indent=1)
     print(text)

@@ -30,7 +30,7 @@ import argparse
 import json
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
@@ -39,32 +39,16 @@ from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from .compare import format_table, run_spec
+from .progress import track
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
 BATCH_SPECS = ("ar", "sd")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompts", type=int, default=8, help="first N HumanEval prompts (default 8)")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--draft-length", type=int, default=4, help="L for every method (default 4)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target", default=None, help="target folder (default: embedded pair)")
-    parser.add_argument("--draft", default=None, help="transformer draft folder (default: embedded pair)")
-    parser.add_argument("--ngram", default=None, help="n-gram drafter folder (default: embedded pair)")
-    parser.add_argument("--no-ngram", action="store_true", help="skip the n-gram drafter rows")
-    parser.add_argument("--multi", type=int, default=4,
-                        help="K of the extra multi-draft rows (kseq), 0 to skip them (default 4)")
-    parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run without the pair)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (default 1: stable timings on a shared machine; 0 = torch's choice)")
-    parser.add_argument("--batch", type=int, default=8,
-                        help="prompts of the batch-decoding rows (ar and sd), 0 to skip them (default 8)")
-    parser.add_argument("--json", default=None, help="also write the JSON to this file")
 
 
 @contextmanager
@@ -173,7 +157,7 @@ def _models(args) -> tuple[Any, dict[str, Any], Any]:
     return pair.target, drafts, pair.tokenizer
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from ..train.measure import humaneval_prompts
@@ -198,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     hf_generate(target, prompts[0], **{**plain, "max_new_tokens": 4, "seed": 0})
 
     totals: dict[str, dict[str, float]] = {}
-    for i, prompt_ids in enumerate(prompts):
+    for i, prompt_ids in enumerate(track(progress, prompts, "prompts")):
         for spec in specs:
             r = run_spec(spec, target, drafts, prompt_ids, seed=args.seed + i, **ours).result
             _add(totals, spec, tokens=len(r.tokens), seconds=r.seconds, target_calls=r.target_calls,

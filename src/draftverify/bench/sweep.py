@@ -18,7 +18,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 import torch
 
@@ -26,6 +26,9 @@ from ..engine import AR, stream
 from ..models.base import LanguageModel
 from ..verify import MethodSpec, get_verifier, parse_method, verifiers
 from .probes import HeapPeak, count_ot_fallbacks, weight_bytes
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
 
 __all__ = ["RunConfig", "Sweep", "SweepResult", "read_method", "measure", "run_sweep"]
 
@@ -177,6 +180,12 @@ class Progress:
         self.out.flush()
 
 
+def _advance(progress: RichProgress, total: int) -> Callable[[str], None]:
+    """A bar of ``progress`` over ``total`` runs, labelled with the configuration just run."""
+    task = progress.add_task("sweep", total=total)
+    return lambda label: progress.update(task, advance=1, description=label)
+
+
 def _load_cache(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
     records = {}
     if path.exists():
@@ -198,11 +207,13 @@ class SweepResult:
 
 def run_sweep(sweep: Sweep, target: LanguageModel, drafts: dict[str, LanguageModel], prompts: list[list[int]], *,
               max_new_tokens: int, ignore_eos: bool, cache_dir: Path, context: dict[str, Any], resume: bool = True,
-              decode: Any = None, out: TextIO = sys.stderr) -> SweepResult:
+              decode: Any = None, out: TextIO = sys.stderr, progress: RichProgress | None = None) -> SweepResult:
     """Run every configuration on every (prompt, seed) unit. ``context`` (models, prompts,
     settings) is part of each cache key; ``decode`` turns token ids into text for the records. A
-    configuration whose decoding raises is reported in ``failures`` and skipped from then on, so
-    one broken method does not end a long sweep (nothing of it is cached: a rerun tries again)."""
+    configuration whose decoding raises is reported in ``failures`` (and on ``out``) and skipped
+    from then on, so one broken method does not end a long sweep (nothing of it is cached: a rerun
+    tries again). Runs are followed by a bar of ``progress`` (see :mod:`.progress`; the command
+    line's) or else by a text bar on ``out``."""
     configs = sweep.configs()
     missing = sorted({c.draft for c in configs if c.draft is not None} - set(drafts))
     if missing:
@@ -215,12 +226,12 @@ def run_sweep(sweep: Sweep, target: LanguageModel, drafts: dict[str, LanguageMod
             path.unlink(missing_ok=True)
     units = [(seed, i) for seed in sweep.seeds for i in range(len(prompts))]
     todo = [(seed, i, c) for seed, i in units for c in configs if (i, seed) not in cache[c]]
-    progress = Progress(len(todo), out)
+    advance = Progress(len(todo), out).update if progress is None else _advance(progress, len(todo))
     warm: set[RunConfig] = set()
     failures: dict[RunConfig, str] = {}
     for seed, i, config in todo:
         if config in failures:
-            progress.update(config.label)
+            advance(config.label)
             continue
         draft = drafts[config.draft] if config.draft is not None else None
         settings = dict(seed=unit_seed(seed, i), ignore_eos=ignore_eos)
@@ -232,7 +243,7 @@ def run_sweep(sweep: Sweep, target: LanguageModel, drafts: dict[str, LanguageMod
         except Exception as error:  # a bug of the method under test: report it, keep sweeping
             failures[config] = f"{type(error).__name__}: {error}"
             out.write(f"{config.label} failed on prompt {i}, seed {seed}: {failures[config]}\n")
-            progress.update(config.label)
+            advance(config.label)
             continue
         record = dict(key=config.key(context), label=config.label, **asdict(config), prompt=i, seed=seed, **measured)
         record["text"] = decode(record["tokens"]) if decode is not None else None
@@ -240,7 +251,7 @@ def run_sweep(sweep: Sweep, target: LanguageModel, drafts: dict[str, LanguageMod
         with paths[config].open("a") as handle:
             handle.write(line + "\n")
         cache[config][(i, seed)] = json.loads(line)  # as a resumed sweep reads it
-        progress.update(config.label)
+        advance(config.label)
     if any(c.method == AR for c in failures):
         raise RuntimeError(f"the baseline failed: {'; '.join(m for c, m in failures.items() if c.method == AR)}")
     records = [cache[c][(i, seed)] for c in configs if c not in failures for seed, i in units]

@@ -20,15 +20,20 @@ CUDA columns are null and the table says so.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
 from ..verify import get_verifier, verifiers
 from ..verify.batched import BATCHED_KERNELS, verify_batch
+from .progress import track
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def lm_like_pair(vocab: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -94,53 +99,42 @@ def _batched_call(name: str, arrays, max_len: int, validate: bool, device: str) 
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--vocab", type=int, nargs="+", default=[1000, 32000, 128000])
-    parser.add_argument("--draft-length", type=int, nargs="+", default=[4, 8])
-    parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64], help="rows per batched call")
-    parser.add_argument("--batch-vocab", type=int, default=32000)
-    parser.add_argument("--batch-draft-length", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: per-call latency)")
-    parser.add_argument("--output", help="also write the JSON report to this file")
-
-
-def latency_rows(args, names: list[str], cuda: bool) -> list[dict]:
+def latency_rows(args, names: list[str], cuda: bool, progress: Progress | None = None) -> list[dict]:
     rows = []
-    for vocab in args.vocab:
-        for length in args.draft_length:
-            pair = lm_like_pair(vocab, length, seed=vocab + length)
-            tokens, draft, target = pair
-            generator = torch.Generator().manual_seed(0)
-            np_args = (tokens[0].numpy(), draft[0].numpy(), target[0].numpy(), np.random.default_rng(0))
-            baseline = _median_us(lambda: numpy_sd(*np_args), args.repeats)
-            row = {"vocab": vocab, "draft_length": length, "numpy_sd_loop_us": round(baseline, 1)}
-            timings = {}
-            for name in names:
-                for suffix, validate in (("", True), ("_novalidate", False)):
-                    verifier = get_verifier(name, validate=validate)
-                    timings[f"{name}{suffix}"] = _median_us(
-                        lambda: verifier.verify(tokens, draft, target, generator=generator), args.repeats
-                    )
-            for name in BATCHED_KERNELS:
-                for suffix, validate in (("", True), ("_novalidate", False)):
-                    call = _batched_call(name, flat_batch([pair]), length, validate, "cpu")
-                    timings[f"batched_{name}{suffix}"] = _median_us(call, args.repeats)
-                if cuda:
-                    call = _batched_call(name, flat_batch([pair]), length, False, "cuda")
-                    timings[f"batched_{name}_cuda_novalidate"] = _median_us(call, args.repeats, cuda=True)
-            for key, value in timings.items():
-                row[f"{key}_us"] = round(value, 1)
-                row[f"{key}_speedup_vs_numpy"] = round(baseline / value, 2)
-            rows.append(row)
+    cells = list(itertools.product(args.vocab, args.draft_length))
+    for vocab, length in track(progress, cells, "latency at each V and L"):
+        pair = lm_like_pair(vocab, length, seed=vocab + length)
+        tokens, draft, target = pair
+        generator = torch.Generator().manual_seed(0)
+        np_args = (tokens[0].numpy(), draft[0].numpy(), target[0].numpy(), np.random.default_rng(0))
+        baseline = _median_us(lambda: numpy_sd(*np_args), args.repeats)
+        row = {"vocab": vocab, "draft_length": length, "numpy_sd_loop_us": round(baseline, 1)}
+        timings = {}
+        for name in names:
+            for suffix, validate in (("", True), ("_novalidate", False)):
+                verifier = get_verifier(name, validate=validate)
+                timings[f"{name}{suffix}"] = _median_us(
+                    lambda: verifier.verify(tokens, draft, target, generator=generator), args.repeats
+                )
+        for name in BATCHED_KERNELS:
+            for suffix, validate in (("", True), ("_novalidate", False)):
+                call = _batched_call(name, flat_batch([pair]), length, validate, "cpu")
+                timings[f"batched_{name}{suffix}"] = _median_us(call, args.repeats)
+            if cuda:
+                call = _batched_call(name, flat_batch([pair]), length, False, "cuda")
+                timings[f"batched_{name}_cuda_novalidate"] = _median_us(call, args.repeats, cuda=True)
+        for key, value in timings.items():
+            row[f"{key}_us"] = round(value, 1)
+            row[f"{key}_speedup_vs_numpy"] = round(baseline / value, 2)
+        rows.append(row)
     return rows
 
 
-def throughput_rows(args, cuda: bool) -> list[dict]:
+def throughput_rows(args, cuda: bool, progress: Progress | None = None) -> list[dict]:
     """Rows per second: one batched call of B rows against B single calls (numpy, per-row verify)."""
     vocab, length = args.batch_vocab, args.batch_draft_length
     rows = []
-    for batch in args.batch_sizes:
+    for batch in track(progress, args.batch_sizes, "throughput at each batch size"):
         pairs = [lm_like_pair(vocab, length, seed=1000 + b) for b in range(batch)]
         np_pairs = [(t[0].numpy(), d[0].numpy(), p[0].numpy()) for t, d, p in pairs]
         rng, generator = np.random.default_rng(0), torch.Generator().manual_seed(0)
@@ -162,7 +156,7 @@ def throughput_rows(args, cuda: bool) -> list[dict]:
     return rows
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available()
     names = [info.name for info in verifiers() if info.exact and not info.multi_draft]
@@ -171,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
         "threads": args.threads,
         "dtype": "float32",
         "cuda": torch.cuda.get_device_name() if cuda else None,
-        "rows": latency_rows(args, names, cuda),
-        "throughput": throughput_rows(args, cuda),
+        "rows": latency_rows(args, names, cuda, progress),
+        "throughput": throughput_rows(args, cuda, progress),
     }
     print(json.dumps(report))
     _print_tables(report, names)

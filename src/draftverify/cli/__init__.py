@@ -1,34 +1,72 @@
-"""The ``draftverify`` command. Each subcommand lives in its own module of this package and
-exposes ``add_parser(subparsers)``, which registers a parser whose default ``func(args) -> int``
-runs it. Bad input (``ValueError``, ``FileNotFoundError``) is one line on stderr and exit code 2."""
+"""The ``draftverify`` command line (typer; rich for progress and tables).
+
+Each command lives in a module of this package; this module puts them in one app, in the order
+``draftverify --help`` lists them, and adds the top-level options ``--version`` and ``--quiet``.
+Bad input is one line on stderr, ``draftverify <command>: error: ...``, and exit code 2 (see
+:class:`._command.Command`). ``main(argv)`` is the entry point of the console script, of
+``python -m draftverify`` and of the tests.
+"""
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
+from importlib.metadata import version
+from typing import Annotated
 
-# subcommand modules, in the order `draftverify --help` lists them (add yours here)
-_COMMANDS = ["demo", "check", "list_verifiers", "generate", "bench", "train_pair", "theory", "sprinter"]
+import typer
+
+from . import bench, check, demo, generate, list_verifiers, sprinter, theory, train_pair
+from ._command import Command, CommandError
+from ._progress import Settings
+
+__all__ = ["app", "main"]
+
+USAGE_ERROR = 2
+
+app = typer.Typer(
+    name="draftverify", add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="draftverify", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in _COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").add_parser(sub)
-    return parser
+def _print_version(show: bool) -> None:
+    if show:
+        print(f"draftverify {version('draftverify')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top_level(
+    ctx: typer.Context,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Draw no progress bars (they go to stderr, "
+                                        "and only when it is a terminal).")] = False,
+    show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                               help="Print the version and exit.")] = False,
+) -> None:
+    """Draft-then-verify (speculative) decoding: exact and approximate verifiers, optimal
+    transport, the closed forms of the seed papers, benchmarks and an exactness checker."""
+    ctx.obj = Settings(quiet=quiet)
+
+
+app.command("demo", cls=Command)(demo.demo)
+app.command("check", cls=Command)(check.check)
+app.command("list", cls=Command)(list_verifiers.list_verifiers)
+app.command("generate", cls=Command)(generate.generate)
+app.add_typer(bench.app, name="bench")
+app.command("train-pair", cls=Command)(train_pair.train_pair)
+app.add_typer(theory.app, name="theory")
+app.add_typer(sprinter.app, name="sprinter")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and return its exit code."""
     try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"draftverify {args.command}: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+        code = typer.main.get_command(app).main(args=argv, prog_name="draftverify", standalone_mode=False)
+        return int(code or 0)
+    except CommandError as error:  # bad input found while the command ran
+        path, message, code = error.path, str(error), USAGE_ERROR
+    except typer.TyperException as error:  # bad input found while parsing the command line
+        context = getattr(error, "ctx", None)
+        path = context.command_path if context is not None else "draftverify"
+        message, code = error.format_message(), error.exit_code
+    print(f"{path}: error: {' '.join(message.split())}", file=sys.stderr)
+    return code

@@ -1,12 +1,26 @@
-"""The method of a command line: ``--method`` in the grammar of :mod:`draftverify.verify.spec`,
-plus repeatable ``--option KEY=VALUE`` typed by the same parser."""
+"""Options several commands share, and the method of a command line: ``--method`` in the grammar
+of :mod:`draftverify.verify.spec`, plus repeatable ``--option KEY=VALUE`` typed by the same parser."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
+
+import typer
 
 from ..verify import MethodSpec, parse_method, typed_options
 from ..verify.base import _REGISTRY, _ensure_loaded
+
+__all__ = ["GREEDY", "DraftFolder", "OptionItems", "Seed", "TargetFolder", "method_from_args"]
+
+GREEDY = "greedy"  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
+
+Seed = Annotated[int, typer.Option(help="Random seed.")]
+OptionItems = Annotated[list[str], typer.Option(
+    metavar="KEY=VALUE", show_default=False,
+    help="A verifier option, as inside the method's parentheses, e.g. --option fraction=0.5 (repeatable).")]
+TargetFolder = Annotated[str | None, typer.Option(help="Target model folder.", show_default="the embedded pair")]
+DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the embedded pair")]
 
 
 def method_from_args(method: str, option_items: list[str]) -> MethodSpec:

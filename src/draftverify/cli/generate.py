@@ -2,68 +2,73 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+from typing import Annotated
+
+import typer
 
 from ..verify.acceptance import pooled_acceptance, rejected_tests
-from ._options import method_from_args
+from ._command import above, quiet_transformers
+from ._options import GREEDY, OptionItems, Seed, method_from_args
 
-__all__ = ["add_parser", "run"]
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("generate", help="generate text with draft-then-verify decoding (default: the embedded pair)")
-    parser.add_argument("prompt", help="the prompt text")
-    parser.add_argument("--method", default="bv",
-                        help="'ar' or a verifier (see `draftverify list`), e.g. bv, ot(solver=gr,tol=1e-4), kseq(K=4); default bv")
-    parser.add_argument("--drafts", type=int, default=None, help="K, number of i.i.d. drafts (default 1)")
-    parser.add_argument("--draft-length", type=int, default=None, help="L, tokens per draft (default 4)")
-    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a verifier option, same as inside --method's parentheses, e.g. --option fraction=0.5 (repeatable)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target", default=None, help="target model folder or hub id (default: embedded)")
-    parser.add_argument("--draft", default=None, help="draft model folder, hub id, or 'ngram' (default: embedded)")
-    parser.add_argument("--compare-ar", action="store_true", help="also time plain target sampling and report the speedup")
-    parser.set_defaults(func=run)
+__all__ = ["generate"]
 
 
-def run(args: argparse.Namespace) -> int:
-    if not args.prompt.strip():
+def generate(
+    prompt: Annotated[str, typer.Argument(help="The prompt text.")],
+    method: Annotated[str, typer.Option(help="'ar' or a verifier (see `draftverify list`), e.g. bv, "
+                                        "ot(solver=gr,tol=1e-4), kseq(K=4).")] = "bv",
+    drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
+    draft_length: Annotated[int | None, typer.Option(min=1, help="L, tokens per draft.", show_default="4")] = None,
+    option: OptionItems = [],
+    temperature: Annotated[float | None, typer.Option(
+        min=0.0, help="Sampling temperature of draft and target; 0 decodes the argmax.",
+        show_default="1.0; 0 with --method greedy")] = None,
+    top_k: Annotated[int | None, typer.Option(min=1, help="Keep the k most likely tokens.", show_default="all")] = None,
+    top_p: Annotated[float | None, typer.Option(
+        max=1.0, callback=above(0.0), help="Keep the smallest set of tokens of mass >= p (0 < p <= 1).",
+        show_default="1")] = None,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate at most.")] = 64,
+    stop: Annotated[list[str], typer.Option(metavar="TEXT", help="A stop string (repeatable).",
+                                            show_default="none")] = [],
+    seed: Seed = 0,
+    target: Annotated[str | None, typer.Option(help="Target model folder or hub id.",
+                                               show_default="the embedded pair")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model folder, hub id, or 'ngram'.",
+                                              show_default="the embedded pair")] = None,
+    compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also time plain target sampling and "
+                                             "report the speedup.")] = False,
+) -> int:
+    """Generate text with draft-then-verify decoding (default: the embedded model pair)."""
+    if not prompt.strip():
         raise ValueError("the prompt is empty")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    method_spec = method_from_args(method, option)
+    temperature = _temperature(method_spec.name, temperature)
+    quiet_transformers()
     from ..engine import DecodeConfig, Decoder
-    from ..engine.generate import generate
+    from ..engine.generate import generate as generate_with
     from ..models.pair import load_pair
 
     settings = dict(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens, stop=tuple(args.stop), seed=args.seed,
+        temperature=temperature, top_k=top_k, top_p=top_p,
+        max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed,
     )
-    method = method_from_args(args.method, args.option)
-    config = DecodeConfig(method.name, num_drafts=args.drafts if method.num_drafts is None else method.num_drafts,
-                          draft_length=args.draft_length if method.draft_length is None else method.draft_length,
-                          options=method.options, **settings)  # bad options fail before loading
-    pair = load_pair(args.target, args.draft or method.draft)
-    prompt_ids = pair.tokenizer.encode(args.prompt)
+    config = DecodeConfig(method_spec.name, num_drafts=drafts if method_spec.num_drafts is None else method_spec.num_drafts,
+                          draft_length=draft_length if method_spec.draft_length is None else method_spec.draft_length,
+                          options=method_spec.options, **settings)  # bad options fail before loading
+    pair = load_pair(target, draft or method_spec.draft)
+    prompt_ids = pair.tokenizer.encode(prompt)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
-    draft = pair.draft if config.speculative else None
-    Decoder(pair.target, draft, [prompt_ids], config)  # validates prompt and vocabularies up front
+    draft_model = pair.draft if config.speculative else None
+    Decoder(pair.target, draft_model, [prompt_ids], config)  # validates prompt and vocabularies up front
     # warm-up (one-time allocations), not timed
-    generate(pair.target, pair.draft, prompt_ids, "ar", max_new_tokens=2)
+    generate_with(pair.target, pair.draft, prompt_ids, "ar", max_new_tokens=2)
 
-    sys.stdout.write(args.prompt)
+    sys.stdout.write(prompt)
     sys.stdout.flush()
-    decoder = Decoder(pair.target, draft, [prompt_ids], config, tokenizer=pair.tokenizer)
+    decoder = Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)
     start, shown, steps = time.perf_counter(), "", []
     while not decoder.done:
         steps.extend(row.stats for row in decoder.step())
@@ -80,8 +85,21 @@ def run(args: argparse.Namespace) -> int:
         accepted = sum(s.accepted for s in steps)
         acceptance = pooled_acceptance(accepted, rejected_tests((s.accepted for s in steps), config.length)) or 0.0
         footer.insert(1, f"acceptance {acceptance:.2f} (K={config.drafts}, L={config.length})")
-    if args.compare_ar:
-        ar = generate(pair.target, None, prompt_ids, "ar", tokenizer=pair.tokenizer, **settings)
+    if compare_ar:
+        ar = generate_with(pair.target, None, prompt_ids, "ar", tokenizer=pair.tokenizer, **settings)
         footer.append(f"ar {ar.tokens_per_second:.1f} tokens/s -> speedup {num_tokens / seconds / ar.tokens_per_second:.2f}x")
     print("\n\n-- " + " | ".join(footer))
     return 0
+
+
+def _temperature(method: str, given: float | None) -> float:
+    """The temperature to decode at: ``greedy`` accepts a drafted token only where it is the target's
+    argmax, which is exact for temperature 0 alone; at any other temperature its output would still
+    be the argmax and its acceptance would count argmax matches of sampled drafts."""
+    if method != GREEDY:
+        return 1.0 if given is None else given
+    if given not in (None, 0.0):
+        raise ValueError(f"--method greedy decodes at temperature 0 (it keeps the target's argmax), "
+                         f"got --temperature {given:g}: drop --temperature or pass 0, or sample with --method sd")
+    return 0.0
+

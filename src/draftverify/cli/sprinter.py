@@ -2,124 +2,139 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 from pathlib import Path
+from typing import Annotated
 
-__all__ = ["add_parser"]
+import typer
+
+from ._command import Command, quiet_transformers
+from ._options import Seed
+from ._progress import progress_bar
+
+__all__ = ["app"]
 
 _DOCS = Path("docs")
 
+app = typer.Typer(help="SPRINTER (approximate, seed 003): train its classifier, report its cost.")
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("sprinter", help="SPRINTER (approximate, seed 003): train its classifier, report its cost")
-    commands = parser.add_subparsers(dest="sprinter_command", required=True)
-
-    train = commands.add_parser("train", help="collect data over the four prefix kinds, train the classifier per lambda")
-    _pair_arguments(train)
-    train.add_argument("--output", default=None, help="classifier folder (default: the embedded pair's sprinter/)")
-    train.add_argument("--sequences-per-kind", type=int, default=48)
-    train.add_argument("--prefix-length", type=int, default=64)
-    train.add_argument("--positions", type=int, default=32, help="drafted tokens recorded per sequence")
-    train.add_argument("--files", type=int, default=120, help="corpus files to draw prefixes from")
-    train.add_argument("--default-lambda", type=float, default=1.2, help="lambda of the shipped classifier.json")
-    train.add_argument("--figure", default=str(_DOCS / "img" / "sprinter_roc.png"), help="ROC figure (PNG)")
-    train.add_argument("--data", default=None, help="cache of the collected data (.npz): loaded if it exists, else written")
-    train.add_argument("--seed", type=int, default=0)
-    train.set_defaults(func=_train)
-
-    report = commands.add_parser("report", help="speed, deviation and quality of sprinter vs sd and ar (docs/results/sprinter.md)")
-    _pair_arguments(report)
-    report.add_argument("--classifier", default=None, help="a saved classifier (default: the shipped one)")
-    report.add_argument("--prompts", type=int, default=20)
-    report.add_argument("--max-new-tokens", type=int, default=48)
-    report.add_argument("--thresholds", type=float, nargs="+", default=None,
-                        help="values of tau (default: 0, 1 and those giving 90/70/50/30/10%% yes on held-out tokens)")
-    report.add_argument("--draft-length", type=int, default=4, help="sd's L")
-    report.add_argument("--sprinter-cap", type=int, default=8, help="the longest SPRINTER run")
-    report.add_argument("--results-dir", default=str(_DOCS / "results"))
-    report.add_argument("--img-dir", default=str(_DOCS / "img"))
-    report.add_argument("--seed", type=int, default=0)
-    report.set_defaults(func=_report)
+Target = Annotated[str | None, typer.Option(help="Target model folder.", show_default="the embedded pair")]
+Draft = Annotated[str | None, typer.Option(help="Draft model folder (a transformers model).",
+                                           show_default="the embedded pair")]
+MaxNewTokens = Annotated[int, typer.Option(min=1, help="Tokens generated per prompt.")]
 
 
-def _pair_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default=None, help="target model folder (default: embedded)")
-    parser.add_argument("--draft", default=None, help="draft model folder (default: embedded; must be a transformers model)")
+@app.command("train", cls=Command)
+def train(
+    ctx: typer.Context,
+    target: Target = None,
+    draft: Draft = None,
+    output: Annotated[str | None, typer.Option(help="Classifier folder.",
+                                               show_default="the embedded pair's sprinter/")] = None,
+    sequences_per_kind: Annotated[int, typer.Option(min=1, help="Sequences per prefix kind.")] = 48,
+    prefix_length: Annotated[int, typer.Option(min=1, help="Tokens of each prefix.")] = 64,
+    positions: Annotated[int, typer.Option(min=1, help="Drafted tokens recorded per sequence.")] = 32,
+    files: Annotated[int, typer.Option(min=1, help="Corpus files to draw prefixes from.")] = 120,
+    default_lambda: Annotated[float, typer.Option(help="The lambda of the shipped classifier.json.")] = 1.2,
+    figure: Annotated[str, typer.Option(help="ROC figure (PNG).")] = str(_DOCS / "img" / "sprinter_roc.png"),
+    data: Annotated[str | None, typer.Option(help="Cache of the collected data (.npz): loaded if it exists, "
+                                             "else written.", show_default="no cache")] = None,
+    seed: Seed = 0,
+) -> int:
+    """Collect data over the four prefix kinds, train the classifier per lambda."""
+    import torch
+
+    from ..approx.data import SprinterData, collect
+    from ..approx.load import DEFAULT_CLASSIFIER
+    from ..approx.train import TrainSettings, corpus_documents, plot_roc, train_all
+    from ..models.hidden import HiddenStateTap, draft_fingerprint
+
+    settings = TrainSettings(sequences_per_kind=sequences_per_kind, prefix_length=prefix_length,
+                             positions=positions, files=files, default_lambda=default_lambda, seed=seed)
+    pair = _load(target, draft)
+    folder = Path(output) if output else DEFAULT_CLASSIFIER.parent
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    with progress_bar(ctx) as progress:
+        task = progress.add_task("collecting drafted tokens", total=None)
+        if data and Path(data).exists():
+            collected = SprinterData.load(data)
+            print(f"loaded {len(collected)} drafted tokens from {data}")
+        else:
+            documents = corpus_documents(pair.tokenizer, settings.files, settings.seed)
+            collected = collect(pair.target, pair.draft, documents, sequences_per_kind=settings.sequences_per_kind,
+                                prefix_length=settings.prefix_length, positions=settings.positions, seed=settings.seed)
+            print(f"collected {len(collected)} drafted tokens from {len(documents)} files")
+            if data:
+                collected.save(data)
+        progress.update(task, description="training the classifiers")
+        summary = train_all(collected, HiddenStateTap(pair.draft).hidden_size, folder, settings,
+                            draft_fingerprint(pair.draft))
+    summary["command"] = _command(ctx)
+    (folder / "roc.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot_roc(summary, Path(figure))
+    print(f"classifiers and roc.json in {folder}; ROC figure {figure}")
+    return 0
 
 
-def _load(args):
-    from transformers.utils import logging as hf_logging
+@app.command("report", cls=Command)
+def report(
+    ctx: typer.Context,
+    target: Target = None,
+    draft: Draft = None,
+    classifier: Annotated[str | None, typer.Option(help="A saved classifier.", show_default="the shipped one")] = None,
+    prompts: Annotated[int, typer.Option(min=1, help="HumanEval prompts.")] = 20,
+    max_new_tokens: MaxNewTokens = 48,
+    thresholds: Annotated[list[float] | None, typer.Option(
+        min=0.0, max=1.0, metavar="TAU...", help="Decision thresholds tau of the classifier.",
+        show_default="0, 1 and those giving 90/70/50/30/10% yes on held-out tokens")] = None,
+    draft_length: Annotated[int, typer.Option(min=1, help="sd's L.")] = 4,
+    sprinter_cap: Annotated[int, typer.Option(min=1, help="The longest SPRINTER run.")] = 8,
+    results_dir: Annotated[str, typer.Option(help="Folder of the Markdown report.")] = str(_DOCS / "results"),
+    img_dir: Annotated[str, typer.Option(help="Folder of the figures.")] = str(_DOCS / "img"),
+    seed: Seed = 0,
+) -> int:
+    """Speed, deviation and quality of sprinter against sd and ar (docs/results/sprinter.md)."""
+    from ..approx.load import DEFAULT_CLASSIFIER
+    from ..approx.render import write_report
+    from ..approx.report import ReportSettings, run_report
 
-    hf_logging.set_verbosity_error()
+    settings = ReportSettings(prompts=prompts, max_new_tokens=max_new_tokens,
+                              thresholds=tuple(thresholds) if thresholds else None,
+                              draft_length=draft_length, sprinter_cap=sprinter_cap, seed=seed)
+    pair = _load(target, draft)
+    with progress_bar(ctx) as progress:
+        progress.add_task("sprinter, sd and ar on the prompts", total=None)
+        result = run_report(pair, settings, classifier=classifier)
+    embedded = target is None and draft is None
+    result["pair"] = "the embedded pair" if embedded else f"target {target or 'embedded'}, draft {draft or 'embedded'}"
+    result["classifier"] = classifier or "the one shipped with the embedded pair"
+    roc_path = (Path(classifier).parent if classifier else DEFAULT_CLASSIFIER.parent) / "roc.json"
+    roc = json.loads(roc_path.read_text()) if roc_path.exists() else None
+    path = write_report(result, roc, _command(ctx), Path(results_dir), Path(img_dir))
+    columns = ("method", "tokens_per_second", "speedup_vs_sd", "target_calls_per_token", "rouge_l_vs_sd", "audit_tv_draws")
+    print(json.dumps([{k: r.get(k) for k in columns} for r in result["rows"]], indent=1))
+    print(f"report: {path}")
+    return 0
+
+
+def _load(target: str | None, draft: str | None):
+    quiet_transformers()
     from ..models.pair import load_pair
 
-    pair = load_pair(args.target, args.draft)
+    pair = load_pair(target, draft)
     if pair.draft_name == "ngram":
         raise ValueError("SPRINTER's classifier reads the draft's hidden state: use a transformers draft")
     return pair
 
 
-def _command(args: argparse.Namespace, skip: tuple[str, ...] = ("func", "command", "sprinter_command")) -> str:
+def _command(ctx: typer.Context) -> str:
     """The command line that reproduces this run (every option spelled out)."""
-    words = ["draftverify", "sprinter", args.sprinter_command]
-    for name, value in vars(args).items():
-        if name in skip or value is None:
+    words = ctx.command_path.split()
+    for param in ctx.command.params:
+        value = ctx.params[param.name]
+        if value is None or value == []:
             continue
         values = value if isinstance(value, list) else [value]
-        words += [f"--{name.replace('_', '-')}", *(shlex.quote(str(v)) for v in values)]
+        words += [param.opts[0], *(shlex.quote(str(v)) for v in values)]
     return " ".join(words)
-
-
-def _train(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..approx.data import SprinterData, collect
-    from ..models.hidden import HiddenStateTap, draft_fingerprint
-    from ..approx.load import DEFAULT_CLASSIFIER
-    from ..approx.train import TrainSettings, corpus_documents, plot_roc, train_all
-
-    settings = TrainSettings(sequences_per_kind=args.sequences_per_kind, prefix_length=args.prefix_length,
-                             positions=args.positions, files=args.files, default_lambda=args.default_lambda, seed=args.seed)
-    pair = _load(args)
-    output = Path(args.output) if args.output else DEFAULT_CLASSIFIER.parent
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    if args.data and Path(args.data).exists():
-        data = SprinterData.load(args.data)
-        print(f"loaded {len(data)} drafted tokens from {args.data}")
-    else:
-        documents = corpus_documents(pair.tokenizer, settings.files, settings.seed)
-        data = collect(pair.target, pair.draft, documents, sequences_per_kind=settings.sequences_per_kind,
-                       prefix_length=settings.prefix_length, positions=settings.positions, seed=settings.seed)
-        print(f"collected {len(data)} drafted tokens from {len(documents)} files")
-        if args.data:
-            data.save(args.data)
-    summary = train_all(data, HiddenStateTap(pair.draft).hidden_size, output, settings, draft_fingerprint(pair.draft))
-    summary["command"] = _command(args)
-    (output / "roc.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot_roc(summary, Path(args.figure))
-    print(f"classifiers and roc.json in {output}; ROC figure {args.figure}")
-    return 0
-
-
-def _report(args: argparse.Namespace) -> int:
-    from ..approx.load import DEFAULT_CLASSIFIER
-    from ..approx.render import write_report
-    from ..approx.report import ReportSettings, run_report
-
-    settings = ReportSettings(prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                              thresholds=tuple(args.thresholds) if args.thresholds else None,
-                              draft_length=args.draft_length, sprinter_cap=args.sprinter_cap, seed=args.seed)
-    pair = _load(args)
-    result = run_report(pair, settings, classifier=args.classifier)
-    embedded = args.target is None and args.draft is None
-    result["pair"] = "the embedded pair" if embedded else f"target {args.target or 'embedded'}, draft {args.draft or 'embedded'}"
-    result["classifier"] = args.classifier or "the one shipped with the embedded pair"
-    roc_path = (Path(args.classifier).parent if args.classifier else DEFAULT_CLASSIFIER.parent) / "roc.json"
-    roc = json.loads(roc_path.read_text()) if roc_path.exists() else None
-    path = write_report(result, roc, _command(args), Path(args.results_dir), Path(args.img_dir))
-    columns = ("method", "tokens_per_second", "speedup_vs_sd", "target_calls_per_token", "rouge_l_vs_sd", "audit_tv_draws")
-    print(json.dumps([{k: r.get(k) for k in columns} for r in result["rows"]], indent=1))
-    print(f"report: {path}")
-    return 0

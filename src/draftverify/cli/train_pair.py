@@ -2,61 +2,72 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import tempfile
 from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._command import above
+from ._options import Seed
+from ._progress import progress_bar
+
+__all__ = ["train_pair"]
 
 _ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"
+MINUTES = 60.0  # the default wall-clock budget of the joint training phase
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("train-pair", help="train the embedded target/draft/n-gram pair")
-    parser.add_argument("--output", type=Path, default=None,
-                        help=f"where the pair is written (default {_ASSETS}; with --quick a "
-                             "folder under --workdir)")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="token streams, checkpoints and unshipped models (default: a folder "
-                             "in the temporary directory); rerunning resumes from it")
-    parser.add_argument("--seed", type=int, default=0)
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--minutes", type=float, default=60.0,
-                        help="wall-clock budget of the joint training phase (default 60)")
-    budget.add_argument("--steps", type=int, default=None, help="fixed number of training steps")
-    parser.add_argument("--distill-steps", type=int, default=None, metavar="N",
-                        help="after training, distill draft_ce towards the frozen target for N "
-                             "steps of 8 x 256 tokens (total-variation loss) and ship whichever "
-                             "draft has the higher acceptance (default: no distillation)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny smoke run: a few files, tiny models, a few steps (seconds)")
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
+def train_pair(
+    ctx: typer.Context,
+    output: Annotated[Path | None, typer.Option(
+        help="Where the pair is written.", show_default=f"{_ASSETS}; with --quick a folder under --workdir")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        help="Token streams, checkpoints and unshipped models; rerunning resumes from it.",
+        show_default="a folder in the temporary directory")] = None,
+    seed: Seed = 0,
+    minutes: Annotated[float | None, typer.Option(
+        callback=above(0.0), help="Wall-clock budget of the joint training phase (not with --steps).",
+        show_default=f"{MINUTES:g}")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="A fixed number of training steps (not with --minutes).",
+                                              show_default="as many as --minutes allows")] = None,
+    distill_steps: Annotated[int | None, typer.Option(
+        min=1, metavar="N", help="After training, distill draft_ce towards the frozen target for N steps of "
+        "8 x 256 tokens (total-variation loss) and ship whichever draft has the higher acceptance.",
+        show_default="no distillation")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A tiny smoke run: a few files, tiny models, a few steps "
+                                        "(seconds).")] = False,
+) -> int:
+    """Train the embedded target/draft/n-gram pair."""
     from ..train.distill import DistillConfig
     from ..train.lm import ModelShape, TrainConfig
     from ..train.pipeline import PipelineConfig, run as run_pipeline
 
-    tag = "quick" if args.quick else "full"
-    workdir = args.workdir or Path(tempfile.gettempdir()) / f"draftverify-train-pair-{tag}"
+    if minutes is not None and steps is not None:
+        raise ValueError("--minutes and --steps exclude each other: give one budget")
+    tag = "quick" if quick else "full"
+    workdir = workdir or Path(tempfile.gettempdir()) / f"draftverify-train-pair-{tag}"
     command = "draftverify " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    if args.quick:
+    if quick:
         train = TrainConfig(target_shape=ModelShape(1, 32, 2), draft_shape=ModelShape(1, 16, 1),
                             drafts=("draft_kd", "draft_ce"), short_context=16, long_every=2,
-                            steps=args.steps or 3, batch_size=2, context=32, warmup=1,
-                            seed=args.seed, checkpoint_every=2, log_every=1)
-        distill = DistillConfig(steps=args.distill_steps or 2, batch_size=2, context=16,
-                                warmup=1, seed=args.seed, checkpoint_every=1, log_every=1)
+                            steps=steps or 3, batch_size=2, context=32, warmup=1,
+                            seed=seed, checkpoint_every=2, log_every=1)
+        distill = DistillConfig(steps=distill_steps or 2, batch_size=2, context=16,
+                                warmup=1, seed=seed, checkpoint_every=1, log_every=1)
         config = PipelineConfig(train=train, distill=distill, vocab_size=300, max_files=8,
                                 ngram_order=3, measure_prompts=2, measure_tokens=4,
                                 command=command)
-        output = args.output or workdir / "pair"
+        output = output or workdir / "pair"
     else:
-        train = TrainConfig(steps=args.steps, minutes=args.minutes, seed=args.seed)
-        distill = (None if args.distill_steps is None
-                   else DistillConfig(steps=args.distill_steps, seed=args.seed))
+        train = TrainConfig(steps=steps, minutes=MINUTES if minutes is None else minutes, seed=seed)
+        distill = (None if distill_steps is None
+                   else DistillConfig(steps=distill_steps, seed=seed))
         config = PipelineConfig(train=train, distill=distill, command=command)
-        output = args.output or _ASSETS
-    run_pipeline(output, workdir, config)
+        output = output or _ASSETS
+    with progress_bar(ctx) as progress:
+        progress.add_task("training the pair", total=None)
+        run_pipeline(output, workdir, config)
     return 0

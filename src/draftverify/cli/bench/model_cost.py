@@ -1,0 +1,32 @@
+"""`draftverify bench model-cost`: the options of :mod:`draftverify.bench.model_cost`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .._command import namespace, quiet_transformers
+from .._progress import progress_bar
+
+__all__ = ["model_cost"]
+
+
+def model_cost(
+    ctx: typer.Context,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed calls per kind and variant.")] = 200,
+    prompt_length: Annotated[int, typer.Option(min=1, help="Tokens the caches hold.")] = 150,
+    draft_length: Annotated[int, typer.Option(min=1, help="L: the target scores L + 1 tokens.")] = 4,
+    accepted: Annotated[int, typer.Option(min=0, help="Drafted tokens keep_draft keeps.")] = 2,
+    threads: Annotated[int, typer.Option(min=1, help="Torch threads.")] = 1,
+    json: Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.",
+                                             show_default="none")] = None,
+) -> int:
+    """Per-call cost of a target scoring L + 1 tokens against one token, and of a draft step."""
+    if accepted > draft_length:
+        raise ValueError(f"--accepted must be <= --draft-length, got {accepted} > {draft_length}")
+    quiet_transformers()
+    from ...bench import model_cost as bench
+
+    with progress_bar(ctx) as progress:
+        return bench.run(namespace(ctx), progress)

@@ -1,0 +1,46 @@
+"""Bad input on the command line: one line on stderr, `draftverify <command>: error: ...`, naming
+the flag (never a library argument such as num_tokens or an array repr), and exit code 2."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from draftverify.cli import main
+
+CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_probs, array([-1])
+
+
+@pytest.mark.parametrize(
+    "argv,command,flags",
+    [
+        (["bench", "verify", "--vocab", "0"], "bench verify", ["--vocab"]),
+        (["bench", "verify", "--vocab", "1000", "1"], "bench verify", ["--vocab"]),
+        (["bench", "verify", "--threads", "0"], "bench verify", ["--threads"]),
+        (["bench", "verify", "--repeats", "0"], "bench verify", ["--repeats"]),
+        (["bench", "verify", "--vocab", "x"], "bench verify", ["--vocab"]),
+        (["bench", "decode", "--methods"], "bench decode", ["--methods"]),
+        (["bench", "model-cost", "--accepted", "5"], "bench model-cost", ["--accepted", "--draft-length"]),
+        (["check", "sd", "--tokens", "0"], "check", ["--tokens"]),
+        (["check", "sd", "--vocab", "10", "--tokens", "6"], "check", ["--tokens"]),
+        (["check", "greedy"], "check", ["greedy", "temperature"]),
+        (["theory", "speedup", "--draft-length", "-1"], "theory speedup", ["--draft-length"]),
+        (["theory", "optimal-length", "--rho", "0"], "theory optimal-length", ["--rho"]),
+        (["theory", "temperature", "--target", "0.5,0.6"], "theory temperature", ["--target"]),
+        (["theory", "temperature", "--tau", "0.8", "--rho", "0.1"], "theory temperature", ["--rho", "--tau"]),
+        (["theory", "kseq", "--target", "0.5,x"], "theory kseq", ["--target"]),
+        (["theory", "sprinter", "--true-positive", "1"], "theory sprinter", ["--true-positive"]),
+        (["generate", "x", "--method", "greedy", "--temperature", "1"], "generate", ["--method greedy", "--temperature"]),
+        (["generate", "x", "--top-p", "0"], "generate", ["--top-p"]),
+        (["train-pair", "--minutes", "5", "--steps", "3"], "train-pair", ["--minutes", "--steps"]),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_flag_and_exit_code_2(capsys, argv, command, flags):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"draftverify {command}: error: ")
+    assert all(flag in lines[0] for flag in flags), lines[0]
+    assert not CODE_NAME.search(lines[0].split(": error: ")[1]), lines[0]
