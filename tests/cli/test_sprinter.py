@@ -53,6 +53,8 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
     result = json.loads((tmp_path / "results" / "sprinter.json").read_text())
     rows = {r["method"]: r for r in result["rows"]}
     assert len(result["settings"]["thresholds"]) == 7  # 0, five yes-share thresholds, 1
+    command = (tmp_path / "results" / "sprinter.md").read_text().split("Command: `")[1].split("`")[0]
+    assert "--thresholds" not in command and "--prompts 2" in command  # what was set, no empty option
     assert rows["sd"]["speedup_vs_sd"] == pytest.approx(1.0)
     assert all(0 <= r["rouge_l_vs_canonical"] <= 1 for r in result["rows"])
     assert rows["sprinter tau=1"]["audit_yes_share"] == 0.0 and rows["sprinter tau=1"]["audit_tv_theory"] == 0.0

@@ -133,8 +133,8 @@ def _command(ctx: typer.Context) -> str:
     words = ctx.command_path.split()
     for param in ctx.command.params:
         value = ctx.params[param.name]
-        if value is None or value == []:
+        if value is None or (isinstance(value, (list, tuple)) and not value):  # unset, or no values given
             continue
-        values = value if isinstance(value, list) else [value]
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
         words += [param.opts[0], *(shlex.quote(str(v)) for v in values)]
     return " ".join(words)
