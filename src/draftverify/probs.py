@@ -7,6 +7,8 @@ what is wrong and where.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -19,6 +21,7 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
+_NUMPY_FLOAT_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 
 
 def sum_tolerance(dtype: torch.dtype) -> float:
@@ -41,26 +44,32 @@ def as_tensor(x, name: str) -> torch.Tensor:
     return torch.from_numpy(x)
 
 
-def check_distributions(probs: torch.Tensor, name: str) -> None:
+def check_distributions(probs: torch.Tensor | np.ndarray, name: str) -> None:
     """Raise ``ValueError`` unless every row along the last axis is a probability vector:
     float32/float64, finite, non-negative, summing to one within :func:`sum_tolerance`.
 
-    One pass for the row sums and one for the minimum, read back together (NaN and inf propagate
-    into the sums); the detailed message is built only on failure.
+    A tensor or a numpy array, each checked by its own library (no conversion). One pass for the
+    row sums and one for the minimum, read back together (NaN and inf propagate into the sums); the
+    detailed message is built only on failure.
     """
-    if probs.dtype not in _FLOAT_DTYPES:
+    array = isinstance(probs, np.ndarray)
+    dtype = _NUMPY_FLOAT_DTYPES.get(probs.dtype) if array else probs.dtype
+    if dtype not in _FLOAT_DTYPES:
         raise ValueError(f"{name}: dtype must be float32 or float64, got {probs.dtype}")
-    if probs.numel() == 0:
+    if probs.size == 0 if array else probs.numel() == 0:
         raise ValueError(f"{name}: empty tensor of shape {tuple(probs.shape)}")
-    sums = probs.sum(dim=-1)
-    low_sum, high_sum, low = torch.stack([sums.amin(), sums.amax(), probs.amin()]).tolist()
-    tolerance = sum_tolerance(probs.dtype)
-    if not (np.isfinite(low_sum) and np.isfinite(high_sum)):
+    sums = probs.sum(axis=-1) if array else probs.sum(dim=-1)
+    if array:
+        low_sum, high_sum, low = float(sums.min()), float(sums.max()), float(probs.min())
+    else:
+        low_sum, high_sum, low = torch.stack([sums.amin(), sums.amax(), probs.amin()]).tolist()
+    tolerance = sum_tolerance(dtype)
+    if not (math.isfinite(low_sum) and math.isfinite(high_sum)):
         raise ValueError(f"{name}: contains NaN or infinite entries")
     if low < 0:
         raise ValueError(f"{name}: contains negative entries")
     if 1 - low_sum > tolerance or high_sum - 1 > tolerance:
-        error = (sums - 1).abs()
+        error = abs(sums - 1)
         index = tuple(int(i) for i in np.unravel_index(int(error.argmax()), tuple(sums.shape)))
         raise ValueError(
             f"{name}: rows must sum to 1 (row {index} sums to {float(sums[index]):.8g}; "

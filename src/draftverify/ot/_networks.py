@@ -38,11 +38,22 @@ def subsets(count: int, max_size: int) -> list[np.ndarray]:
     return [np.array(list(itertools.combinations(range(count), s)), dtype=np.int64).reshape(-1, s) for s in range(1, max_size + 1)]
 
 
+def _multiplicities(size: int, budget: int):
+    """Tuples (m_1..m_size), every m_j >= 1 and sum <= budget, in lexicographic order (the order of
+    itertools.product over range(1, budget + 1)), generated without the rejected ones."""
+    if size == 0:
+        yield ()
+        return
+    for first in range(1, budget - size + 2):  # the later size - 1 entries need at least 1 each
+        for rest in _multiplicities(size - 1, budget - first):
+            yield (first, *rest)
+
+
 @functools.lru_cache(maxsize=None)
 def _compositions(size: int, num_drafts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Multiplicities (m_1..m_s >= 1, m_0 = n - sum >= 0) of s distinct tokens among n draws, with
     their multinomial coefficients n! / (m_0! m_1! ... m_s!)."""
-    rows = [m for m in itertools.product(range(1, num_drafts + 1), repeat=size) if sum(m) <= num_drafts]
+    rows = list(_multiplicities(size, num_drafts))
     multiplicity = np.array(rows, dtype=np.int64).reshape(-1, size)
     rest = num_drafts - multiplicity.sum(axis=1)
     coefficient = np.array([math.factorial(num_drafts) / math.factorial(r) / math.prod(math.factorial(v) for v in m) for m, r in zip(rows, rest)])

@@ -49,7 +49,7 @@ _LOG_TINY = math.log(np.finfo(np.float64).tiny)  # log of the smallest normal fl
 def exp_flushed(x: np.ndarray) -> np.ndarray:
     """e^x, with 0 wherever e^x would be below the smallest normal float (and for x = -inf)."""
     x = np.asarray(x, dtype=np.float64)
-    return np.exp(x, out=np.zeros_like(x), where=x >= _LOG_TINY)
+    return np.exp(x, out=np.zeros(x.shape), where=x >= _LOG_TINY)
 
 
 def _dot(required: np.ndarray, alpha: np.ndarray) -> float:
@@ -170,12 +170,14 @@ class _Generating:
 
 
 @functools.lru_cache(maxsize=64)
-def _set_structure(size: int, width: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """The served sets of ``size`` tokens (sizes 1..width), the same padded to ``width`` with the
-    dummy index ``size`` (weight 0), and the flat (row, column) index of every member pair."""
+def _set_structure(size: int, width: int, slack: bool) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The served sets of ``size`` tokens (sizes 1..width); the same padded to ``width`` with the
+    dummy index ``size`` (weight 0), after a first column of index ``size + 1`` (the residual,
+    weight s = 1) when ``slack``; and the flat (row, column) index of every pair of token members."""
     groups = subsets(size, width)
-    members = np.concatenate([np.pad(g, ((0, 0), (0, width - g.shape[1])), constant_values=size) for g in groups])
-    pairs = (members[:, :, None] * (size + 1) + members[:, None, :]).ravel()  # [M * width * width]
+    tokens = np.concatenate([np.pad(g, ((0, 0), (0, width - g.shape[1])), constant_values=size) for g in groups])
+    pairs = (tokens[:, :, None] * (size + 1) + tokens[:, None, :]).ravel()  # [M * width * width]
+    members = np.concatenate([np.full((tokens.shape[0], 1), size + 1), tokens], axis=1) if slack else tokens
     for array in (*groups, members, pairs):
         array.flags.writeable = False
     return groups, members, pairs
@@ -187,7 +189,10 @@ class _Enumerated:
     def __init__(self, system: "LuceSystem"):
         self.system = system
         self.slack = 1.0 if system.slack else 0.0
-        groups, self.members, self.pairs = _set_structure(system.draft.size, min(system.draft.size, system.num_drafts))
+        width = min(system.draft.size, system.num_drafts)
+        groups, self.members, self.pairs = _set_structure(system.draft.size, width, system.slack)
+        self.flat_members = self.members.ravel()  # [M * (width + slack)]
+        self.padding = np.array([-np.inf, 0.0]) if system.slack else np.array([-np.inf])  # log weights of the dummy and the residual
         self.mass = np.concatenate([set_masses(g, system.draft, system.background, system.num_drafts) for g in groups])
         self.root_mass = np.sqrt(self.mass)
 
@@ -197,30 +202,30 @@ class _Enumerated:
 
     def _evaluate(self, alpha: np.ndarray, hessian: bool):
         size = alpha.size
-        logits = np.append(alpha, -np.inf)[self.members]  # [M, n] log u_j, the dummy has u = 0
+        # [M, n (+1)] log u_j of the members, after the residual's log s = 0 when there is one; the dummy has u = 0
+        logits = np.concatenate((alpha, self.padding))[self.members]
+        columns = range(1, logits.shape[1])
         top = logits[:, 0]  # [M] the set's largest log weight (column maxima: a short-axis reduce is slow)
-        for column in range(1, logits.shape[1]):
+        for column in columns:
             top = np.maximum(top, logits[:, column])
-        if self.slack:
-            top = np.maximum(top, 0.0)  # the residual's weight s = 1 = e^0
-        top = np.where(top > -np.inf, top, 0.0)  # a set none of whose tokens may receive anything
-        scaled = exp_flushed(logits - top[:, None])  # [M, n] u_j / e^top, in [0, 1]
-        total = exp_flushed(-top) if self.slack else np.zeros(top.size)  # [M] (s + U(S)) / e^top
-        for column in range(scaled.shape[1]):
+        if not self.slack:
+            top = np.where(top > -np.inf, top, 0.0)  # a set none of whose tokens may receive anything
+        scaled = exp_flushed(logits - top[:, None])  # [M, n (+1)] u_j / e^top (and s / e^top), in [0, 1]
+        total = scaled[:, 0]  # [M] (s + U(S)) / e^top
+        for column in columns:
             total = total + scaled[:, column]
         # >= 1 when the set has a weight (its largest is e^0); a set with none has c_S = 0 up to
         # rounding (Hall's condition on Theorem 6.2's totals) and counts as log 1 = 0, share 0
         total = np.maximum(total, 1.0)
-        log_denominator = top + np.log(total)  # [M] log(s + U(S)), a shifted log-sum-exp
-        value = self.mass @ log_denominator - _dot(self.system.required, alpha)
-        shares = scaled / total[:, None]  # [M, n] u_j / (s + U(S))
-        intake = np.bincount(self.members.ravel(), weights=(shares * self.mass[:, None]).ravel(), minlength=size + 1)[:size]
+        value = self.mass @ (top + np.log(total)) - _dot(self.system.required, alpha)  # log(s + U(S)): shifted log-sum-exp
+        shares = scaled / total[:, None]  # [M, n (+1)] u_j / (s + U(S)) (and the residual's share)
+        intake = np.bincount(self.flat_members, weights=(shares * self.mass[:, None]).ravel(), minlength=size + 2)[:size]
         matrix = None
-        if hessian:  # diag(intake) - sum_S c_S s_S s_S^T
-            scaled = shares * self.root_mass[:, None]
+        if hessian:  # diag(intake) - sum_S c_S s_S s_S^T (token members only)
+            scaled = shares[:, 1:] * self.root_mass[:, None] if self.slack else shares * self.root_mass[:, None]
             outer = np.bincount(self.pairs, weights=(scaled[:, :, None] * scaled[:, None, :]).ravel(), minlength=(size + 1) ** 2)
             matrix = -outer.reshape(size + 1, size + 1)[:size, :size]
-            matrix[np.diag_indices(size)] += intake
+            matrix.flat[:: size + 1] += intake  # the diagonal
         return value, intake - self.system.required, intake, matrix
 
 

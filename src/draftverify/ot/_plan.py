@@ -82,10 +82,10 @@ class Decomposed:
         self.parts: dict[str, Part] = {}
         self.used_fallback = False
         self.position = instance.position
-        residual = instance.target.copy()  # outside V0 the whole target mass is residual
-        residual[instance.inner_tokens] = 0.0
-        residual[instance.outer_tokens] -= instance.outer_marginals()
-        self.residual = np.maximum(residual, 0.0)  # [V] p_res, >= 0 by Theorem 6.2 (rounding only)
+        self.residual = instance.target.copy()  # [V] p_res; outside V0 the whole target mass is residual
+        self.residual[instance.inner_tokens] = 0.0
+        outer = instance.outer_tokens  # >= 0 by Theorem 6.2 (the clip is for rounding only)
+        self.residual[outer] = np.maximum(instance.target[outer] - instance.outer_marginals(), 0.0)
         self.residual_total = float(self.residual.sum())
 
     def part(self, which: str) -> Part:
@@ -105,20 +105,23 @@ class Decomposed:
 
     def conditional(self, drafts: np.ndarray) -> np.ndarray:
         instance = self.instance
-        positions = self.position[drafts]
-        out = np.zeros(instance.vocab_size)  # [V]
         distinct = np.unique(drafts)
+        positions = self.position[distinct]
         if positions.max() >= instance.h:  # the tuple leaves (H*)^n: outer system, eq. 14
-            served = distinct[self.position[distinct] >= instance.h]
+            served = distinct[positions >= instance.h]
+            out = np.zeros(instance.vocab_size)  # [V]
             out[served] = self.part("outer").allocate(served)
             return out
         shares = self.part("inner").allocate(distinct)  # eq. 17: sums to <= 1, the rest is residual
         accepted = float(shares.sum())
         rest = 1.0 - accepted
         if rest > 0 and self.residual_total > 0:
-            out = (self.residual / self.residual_total) * rest  # eq. 8 / eq. 18 (ratio first: no overflow)
-        elif rest > 0:  # alpha* = 1 to float precision: no residual mass exists, the tuple keeps all of it
-            shares = shares / accepted if accepted > 0 else split_by_target(instance.target[distinct])
+            out = self.residual / self.residual_total  # [V] eq. 8 / eq. 18 (ratio first: no overflow)
+            out *= rest  # in place: a second [V] temporary costs more than the arithmetic
+        else:
+            out = np.zeros(instance.vocab_size)  # [V]
+            if rest > 0:  # alpha* = 1 to float precision: no residual mass exists, the tuple keeps all of it
+                shares = shares / accepted if accepted > 0 else split_by_target(instance.target[distinct])
         out[distinct] += shares
         return out
 

@@ -21,11 +21,11 @@ __all__ = ["Instance", "make_instance", "optimal_acceptance", "optimal_subset"]
 def _as_distribution(probs, name: str) -> np.ndarray:
     """A float64 copy of one distribution [V] (a tensor, an array or a list), validated by
     :func:`draftverify.probs.check_distributions` (float32/float64, finite, non-negative, summing to
-    1 within its tolerance; nothing renormalised)."""
-    tensor = as_tensor(probs if isinstance(probs, torch.Tensor) else np.asarray(probs), name)
+    1 within its tolerance; nothing renormalised): a tensor by torch, an array or a list in numpy."""
+    tensor = as_tensor(probs if isinstance(probs, torch.Tensor) else np.asarray(probs), name)  # a view
     if tensor.dim() != 1:
         raise ValueError(f"{name}: expected shape [V], got {tuple(tensor.shape)}")
-    check_distributions(tensor, name)
+    check_distributions(tensor if isinstance(probs, torch.Tensor) else tensor.numpy(), name)
     return tensor.cpu().numpy().astype(np.float64)
 
 
