@@ -150,6 +150,18 @@ def test_batch_equals_per_row_verifiers_on_lm_like_rows(name, options):
         assert result.token_lists() == per_row(name, options, rows, row_gen)
 
 
+@pytest.mark.parametrize("name,options", SAMPLING)
+def test_rows_in_blocks_equal_per_row_verifiers(monkeypatch, name, options):
+    # on CPU the [rows, V] work runs in blocks of rows; one row per block here (the tests above fit
+    # their whole batch in one block)
+    monkeypatch.setattr(batched_kernels, "_BLOCK_BYTES", 1)
+    for seed in range(10):
+        rows = random_rows([1 + (seed + 2 * k) % 5 for k in range(5)], 50, torch.float32, seed)
+        batch_gen, row_gen = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        result = verify_batch(name, *flat(rows), generator=batch_gen, **options)
+        assert result.token_lists() == per_row(name, options, rows, row_gen), seed
+
+
 def test_seeded_calls_are_bit_identical():
     rows = random_rows([3, 1, 5], 50, torch.float32, seed=1)
     results = [verify_batch("bv", *flat(rows), generator=torch.Generator().manual_seed(7)) for _ in range(2)]

@@ -19,7 +19,8 @@ Output: :class:`BatchedVerifyResult`, accepted counts [B] and output tokens [B, 
 
 The kernels trust their inputs (validate at the public boundary, :func:`draftverify.verify.batched
 .verify_batch`). They are device-agnostic torch: no ``.item()``, no host copy, no Python loop over
-rows, positions or the vocabulary; ``max_draft_len`` is a Python int the caller already knows.
+positions or the vocabulary, and over rows only in blocks of bounded size (:data:`_BLOCK_BYTES`);
+``max_draft_len`` is a Python int the caller already knows.
 Every operation that decides an outcome is the same float operation, in the same dtype, as in the
 per-row verifier (:mod:`.token`, :mod:`.block`); that is what makes the results identical.
 """
@@ -46,6 +47,11 @@ __all__ = [
 
 PAD_TOKEN_ID: int = -1
 """Fills ``output_tokens`` after each row's last committed token (vLLM v1 uses -1 as well)."""
+
+_BLOCK_BYTES = 3 << 20
+"""On CPU, work over [rows, V] is done in blocks of rows whose temporaries take at most about this
+many bytes: they stay in cache and are reused by the allocator, where [B, V] temporaries at B = 64,
+V = 32000 were mapped afresh on every call and cost more in page faults than in arithmetic."""
 
 
 @dataclass(frozen=True)
@@ -78,20 +84,24 @@ class _Ragged:
     def bonus_index(self) -> torch.Tensor:  # [B] target row T(. | x^{L_b}) = uniform of the final token
         return self.block_starts + self.lengths
 
+    def draft_entry(self, position: torch.Tensor, num_tokens: int) -> torch.Tensor:
+        """[B] draft entry of each row's ``position`` [B] (clamped into range where it is L_b)."""
+        return (self.starts + position).clamp_(max=max(num_tokens - 1, 0))
+
 
 def _ragged(cu_num_draft_tokens: torch.Tensor, num_tokens: int, max_len: int) -> _Ragged:
     ends = cu_num_draft_tokens.to(torch.int64)  # [B]
-    batch = ends.shape[0]
     starts = F.pad(ends[:-1], (1, 0))  # [B]
     lengths = ends - starts  # [B]
+    rows = torch.arange(ends.shape[0], device=ends.device)  # [B]
     positions = torch.arange(max_len, device=ends.device)  # [max_L]
-    block_starts = starts + torch.arange(batch, device=ends.device)  # [B]
+    draft_index = (starts[:, None] + positions).clamp_(max=max(num_tokens - 1, 0))  # [B, max_L]
     return _Ragged(
         lengths=lengths,
         starts=starts,
-        block_starts=block_starts,
-        draft_index=(starts[:, None] + positions).clamp_(max=max(num_tokens - 1, 0)),
-        target_index=(block_starts[:, None] + positions).clamp_(max=num_tokens + batch - 1),
+        block_starts=starts + rows,
+        draft_index=draft_index,
+        target_index=draft_index + rows[:, None],  # padding: a clamped entry + b, still a target row
         valid=positions < lengths[:, None],
     )
 
@@ -112,22 +122,70 @@ def last_success(success: torch.Tensor) -> torch.Tensor:
     return (success * positions).amax(dim=1)
 
 
-def _draft_rows(draft_probs: torch.Tensor, ragged: _Ragged, index: torch.Tensor, vocab: int) -> torch.Tensor:
-    """D(. | x^n) for each row's position n = ``index`` [B]; zeros where n = L_b (no draft row)."""
-    batch = index.shape[0]
-    if draft_probs.shape[0] == 0:
-        return draft_probs.new_zeros(batch, vocab)
-    rows = draft_probs[(ragged.starts + index).clamp(max=draft_probs.shape[0] - 1)]  # [B, V]
-    return torch.where((index < ragged.lengths)[:, None], rows, 0.0)
+def _row_blocks(count: int, vocab: int, device: torch.device, bytes_per_entry: int) -> list[slice]:
+    """Consecutive slices of ``count`` rows of ``vocab`` entries whose temporaries, at
+    ``bytes_per_entry``, fit in :data:`_BLOCK_BYTES` on CPU (one slice on other devices)."""
+    step = max(1, _BLOCK_BYTES // (bytes_per_entry * max(vocab, 1))) if device.type == "cpu" else max(count, 1)
+    return [slice(start, start + step) for start in range(0, max(count, 1), step)]
 
 
-def _inverse_cdf(weights: torch.Tensor, fallback: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """One token per row with probability proportional to ``weights`` [B, V], by
-    :func:`draftverify.rng.inverse_cdf` on ``uniform`` [B] (float64), as the per-row verifiers draw.
-    A row of zero mass (a rejection of probability 0 reached by rounding) is drawn from
-    ``fallback`` instead, as the per-row verifiers do."""
-    has_mass = weights.amax(dim=-1, keepdim=True) > 0  # [B, 1]  same test as sum > 0 (weights >= 0)
-    return inverse_cdf(torch.where(has_mass, weights, fallback), uniform)  # [B]
+def _replace_rows(rows: torch.Tensor, replace: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """``rows`` [n, V] with row r replaced by ``other[r]`` where ``replace[r]``, in place: what
+    ``torch.where(replace[:, None], other, rows)`` gives for finite entries, by lerp with weights 0
+    and 1 (a + 0 (b - a) = a and b - (b - a) 0 = b exactly). torch.where's CPU kernel is not
+    vectorised: it took longer than the subtraction that made the residual."""
+    return rows.lerp_(other, replace[:, None].to(rows.dtype))
+
+
+def _joined(blocks: list[torch.Tensor]) -> torch.Tensor:
+    """The per-block results of :func:`_row_blocks` as one tensor (no copy for a single block)."""
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+
+
+def _excess_mass(
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    draft_probs: torch.Tensor,  # [num_tokens, V]
+    target_row: torch.Tensor,  # [N] rows of T(. | x^i)
+    draft_row: torch.Tensor,  # [N] rows of D(. | x^i)
+    scale: torch.Tensor,  # [N] p_i
+) -> torch.Tensor:
+    """Z_i = sum_x (p_i T(x | x^i) - D(x | x^i))_+ for N positions [N] (float32, summed as the
+    per-row ``bv`` sums it): the mass of :func:`.token.correction_weights` of p_i T against D."""
+    sums = []
+    # temporaries per entry: p_i T, D and the weights in float32
+    for rows in _row_blocks(target_row.shape[0], target_probs.shape[1], target_probs.device, 12):
+        scaled = target_probs.index_select(0, target_row[rows]).mul_(scale[rows, None])  # [n, V]  p_i T
+        sums.append(correction_weights(scaled, draft_probs.index_select(0, draft_row[rows]), 0.0).sum(dim=-1))
+    return _joined(sums)  # [N]
+
+
+def _final_tokens(
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    draft_probs: torch.Tensor,  # [num_tokens, V]
+    target_row: torch.Tensor,  # [B] row of T(. | x^n), n = the row's final position
+    draft_row: torch.Tensor,  # [B] row of D(. | x^n) (any row where bonus)
+    bonus: torch.Tensor,  # [B] bool, n = L_b
+    uniform: torch.Tensor,  # [B] float64
+    withheld: float,
+    scale: torch.Tensor | None = None,  # [B] bv's p_n, None for 1
+) -> torch.Tensor:
+    """The correction or bonus token of every row [B], drawn by :func:`draftverify.rng.inverse_cdf`
+    on ``uniform`` as the per-row verifiers draw it: from :func:`.token.correction_weights` of
+    ``scale`` x T against D, or from T itself where ``bonus`` or where those weights have no mass (a
+    rejection of probability 0 reached by rounding: the per-row verifiers' ``residual_or_target``)."""
+    tokens = []
+    # temporaries per entry: T, (p T,) D and the weights in float32, the cdf in float64
+    for rows in _row_blocks(target_row.shape[0], target_probs.shape[1], target_probs.device, 24):
+        target_rows = target_probs.index_select(0, target_row[rows])  # [n, V]  T(. | x^n)
+        if draft_probs.shape[0]:
+            scaled = target_rows if scale is None else target_rows * scale[rows, None]
+            weights = correction_weights(scaled, draft_probs.index_select(0, draft_row[rows]), withheld)
+            has_mass = weights.amax(dim=-1) > 0  # [n]  same test as sum > 0 (weights >= 0)
+            weights = _replace_rows(weights, ~has_mass | bonus[rows], target_rows)
+        else:  # no drafts: every row takes its bonus token
+            weights = target_rows
+        tokens.append(inverse_cdf(weights, uniform[rows]))
+    return _joined(tokens)  # [B]
 
 
 def _assemble(tokens: torch.Tensor, num_accepted: torch.Tensor, final: torch.Tensor) -> BatchedVerifyResult:
@@ -149,7 +207,7 @@ def _token_chain(
     withheld: float,
 ) -> BatchedVerifyResult:
     """Token-level verification of every row (``sd`` for ``withheld`` = 0, else ``submaximal``)."""
-    num_tokens, vocab = draft_probs.shape
+    num_tokens = draft_probs.shape[0]
     ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
     x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
     draft_at = draft_probs[ragged.draft_index, x]  # [B, max_L]  D(x_i | x^{i-1})
@@ -158,10 +216,10 @@ def _token_chain(
     # u < accept_prob compares in float64, as rng.bernoulli
     accepted = (uniforms[ragged.target_index] < accept_prob) & ragged.valid  # [B, max_L]
     n = _leading_true(accepted)  # [B]  first rejection, or L_b
-    target_rows = target_probs[ragged.block_starts + n]  # [B, V]  T(. | x^n)
-    draft_rows = _draft_rows(draft_probs, ragged, n, vocab)  # [B, V]  D(. | x^n), 0 for the bonus
-    weights = correction_weights(target_rows, draft_rows, withheld)  # D = 0 on bonus rows: T
-    final = _inverse_cdf(weights, target_rows, uniforms[ragged.bonus_index])  # correction or bonus
+    final = _final_tokens(
+        target_probs, draft_probs, ragged.block_starts + n, ragged.draft_entry(n, num_tokens),
+        n == ragged.lengths, uniforms[ragged.bonus_index], withheld,
+    )  # [B]  correction (from (T - D)_+ + lambda min(T, D)) or bonus token
     return _assemble(x, n, final)
 
 
@@ -236,7 +294,7 @@ def bv_kernel(
     tau = L, else a correction token from norm((p_tau T(. | x^tau) - D(. | x^tau))_+).
 
     Unlike the per-row verifier, which tosses from L down and stops at the first success, every
-    Z_i of every row is computed (one pass over the [num_tokens, V] draft rows); the law is the same.
+    Z_i (i = 1..L_b - 1) of every row is computed; the law is the same.
     """
     num_tokens = draft_probs.shape[0]
     ragged = _ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
@@ -247,29 +305,23 @@ def bv_kernel(
     walk = F.pad(torch.cumsum(log_ratio, dim=1), (1, 0))  # [B, max_L + 1]  S_0..S_L
     p = torch.exp(walk - torch.cummax(walk, dim=1).values)  # [B, max_L + 1]  p_0..p_L
 
-    # Z_i at every drafted position: row t of the draft is position i(t) of row b(t)
-    flat = torch.arange(num_tokens, device=draft_probs.device)  # [num_tokens]
-    row_of = torch.searchsorted(cu_num_draft_tokens.to(torch.int64), flat, right=True)  # [num_tokens]
-    p_at = p[row_of, flat - ragged.starts[row_of]]  # [num_tokens]  p_i
-    excess = target_probs.index_select(0, flat + row_of)  # [num_tokens, V]  T(. | x^i)  (no bonus rows)
-    excess.mul_(p_at[:, None]).sub_(draft_probs).clamp_(min=0)  # (p_i T - D)_+
-    z = excess.sum(dim=-1).to(torch.float64)  # [num_tokens]
-    p64 = p_at.to(torch.float64)
-    denominator = (z + 1.0) - p64
-    h_row = torch.where(denominator > 0, z / denominator, 1.0)  # [num_tokens]  h_i, i < L_b
+    # Z_i at the positions i = 1..max_L - 1 that coins test below L_b (padding is masked below)
+    inner = p[:, 1:max_draft_len]  # [B, max_L - 1]  p_i
+    z = _excess_mass(
+        target_probs, draft_probs, ragged.target_index[:, 1:].flatten(), ragged.draft_index[:, 1:].flatten(),
+        inner.flatten(),
+    ).view_as(inner).to(torch.float64)  # [B, max_L - 1]
+    denominator = (z + 1.0) - inner.to(torch.float64)
+    h = torch.where(denominator > 0, z / denominator, 1.0)  # [B, max_L - 1]  h_i, i < L_b
 
     # coin c = i - 1 tests position i: h_i for i < L_b, p_L for i = L_b
-    h_next = F.pad(h_row[ragged.draft_index][:, 1:], (0, 1), value=1.0)  # [B, max_L]
     is_last = torch.arange(1, max_draft_len + 1, device=p.device) == ragged.lengths[:, None]  # [B, max_L]
-    coin_prob = torch.where(is_last, p[:, 1:].to(torch.float64), h_next)  # [B, max_L]
+    coin_prob = torch.where(is_last, p[:, 1:].to(torch.float64), F.pad(h, (0, 1), value=1.0))  # [B, max_L]
     success = (uniforms[ragged.target_index] < coin_prob) & ragged.valid
     tau = last_success(success)  # [B]
 
-    target_rows = target_probs[ragged.block_starts + tau]  # [B, V]  T(. | x^tau)
-    if num_tokens:
-        residual = excess[(ragged.starts + tau).clamp(max=num_tokens - 1)]  # [B, V]  (p_tau T - D)_+
-        weights = torch.where((tau < ragged.lengths)[:, None], residual, target_rows)
-    else:
-        weights = target_rows
-    final = _inverse_cdf(weights, target_rows, uniforms[ragged.bonus_index])
+    final = _final_tokens(
+        target_probs, draft_probs, ragged.block_starts + tau, ragged.draft_entry(tau, num_tokens),
+        tau == ragged.lengths, uniforms[ragged.bonus_index], 0.0, scale=p.gather(1, tau[:, None]).squeeze(1),
+    )  # [B]  correction (from (p_tau T - D)_+) or bonus token
     return _assemble(x, tau, final)

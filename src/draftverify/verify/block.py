@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 
 from .. import rng
 from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 from .modifications import ModificationStack
+from .token import correction_weights
 
 __all__ = ["BlockVerification", "GreedyBlockVerification", "GBVState", "last_success"]
 
@@ -71,24 +73,22 @@ class BlockVerification(Verifier):
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
         x, draft, target = draft_tokens[0], draft_probs[0], target_probs[0]  # [L], [L, V], [L+1, V]
         length = x.shape[0]
-        at = x.unsqueeze(-1)
-        log_ratio = torch.log(target[:length].gather(-1, at).squeeze(-1)) - torch.log(
-            draft.gather(-1, at).squeeze(-1)
-        )  # [L]
-        walk = torch.cat([log_ratio.new_zeros(1), torch.cumsum(log_ratio, 0)])  # [L+1]  S_0..S_L
+        at = x.unsqueeze(-1)  # [L, 1]  (gather reads target rows 0..L-1)
+        log_ratio = (torch.log(target.gather(-1, at)) - torch.log(draft.gather(-1, at))).squeeze(-1)  # [L]
+        walk = F.pad(torch.cumsum(log_ratio, 0), (1, 0))  # [L+1]  S_0..S_L
         p_tensor = torch.exp(walk - torch.cummax(walk, 0).values)  # [L+1]  p_0..p_L
         p = p_tensor.tolist()
         rows: dict[int, torch.Tensor] = {}
         excess: dict[int, float] = {}
         if 1 < length and length * target.shape[-1] <= _EAGER_ELEMENTS:
             # small blocks: every row in one vectorised pass is cheaper than a few tensor ops per row
-            block = torch.clamp(p_tensor[1:length, None] * target[1:length] - draft[1:length], min=0)  # [L-1, V]
+            block = correction_weights(p_tensor[1:length, None] * target[1:length], draft[1:length], 0.0)  # [L-1, V]
             rows.update(enumerate(block, start=1))
             excess.update(enumerate(block.sum(-1).tolist(), start=1))
 
         def residual(i: int) -> torch.Tensor:  # (p_i T(. | x^i) - D(. | x^i))_+   [V]
             if i not in rows:
-                rows[i] = torch.clamp(p[i] * target[i] - draft[i], min=0)
+                rows[i] = correction_weights(p[i] * target[i], draft[i], 0.0)
             return rows[i]
 
         def success_prob(i: int) -> float:
@@ -100,8 +100,8 @@ class BlockVerification(Verifier):
             return z / (z + 1 - p[i]) if z + 1 - p[i] > 0 else 1.0
 
         tau = last_success(success_prob, length, generator)
-        last = _final_token(tau, length, target[length], residual, target[min(tau, length)], generator)
-        return VerifyResult(tokens=x[:tau].tolist() + [last], num_accepted=tau, draft_index=0, state=None)
+        last = _final_token(tau, length, target[length], residual, target[tau], generator)
+        return VerifyResult(tokens=x.tolist()[:tau] + [last], num_accepted=tau, draft_index=0, state=None)
 
 
 @dataclass(frozen=True)

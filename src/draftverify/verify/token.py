@@ -22,16 +22,17 @@ __all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_ch
 def acceptance_probability(target_at: torch.Tensor, draft_at: torch.Tensor, withheld: float) -> torch.Tensor:
     """(1 - lambda) min(T(x), D(x)) / D(x) = (1 - lambda) min(1, T(x)/D(x)) at drafted tokens x
     (seed 000, Proposition 3.2; lambda = ``withheld``, 0 for Leviathan et al. 2023)."""
-    return (1.0 - withheld) * torch.clamp(target_at / draft_at, max=1.0)
+    ratio = (target_at / draft_at).clamp_(max=1.0)  # min(1, T/D)
+    return (1.0 - withheld) * ratio if withheld else ratio
 
 
 def correction_weights(target_probs: torch.Tensor, draft_probs: torch.Tensor, withheld: float) -> torch.Tensor:
     """Unnormalised law of the correction token, r + sigma with r = (T - D)_+ and
     sigma = lambda min(T, D) (seed 000, Proposition 3.2; lambda = ``withheld``); lambda = 0 is
     Leviathan et al. (2023), Algorithm 1: (T - D)_+. Rows ``[..., V]``; with D = 0 it is T."""
-    residual = torch.clamp(target_probs - draft_probs, min=0.0)  # r
+    residual = (target_probs - draft_probs).clamp_(min=0.0)  # r
     if withheld:
-        residual = residual + withheld * torch.minimum(target_probs, draft_probs)  # r + sigma
+        residual += torch.minimum(target_probs, draft_probs).mul_(withheld)  # r + sigma
     return residual
 
 
@@ -72,13 +73,12 @@ def token_chain(
     """
     length = draft_tokens.shape[0]
     at = draft_tokens.unsqueeze(-1)  # [L, 1]
-    draft_at = draft_probs.gather(-1, at).squeeze(-1)  # [L]  D(x_i | x^{i-1}) > 0
-    target_at = target_probs[:length].gather(-1, at).squeeze(-1)  # [L]  T(x_i | x^{i-1})
-    accept_prob = acceptance_probability(target_at, draft_at, withheld)  # [L]
-    accepted = rng.bernoulli(accept_prob, generator)  # [L] bool
-    rejected = torch.nonzero(~accepted)
-    n = int(rejected[0]) if rejected.numel() else length
-    tokens = draft_tokens[:n].tolist()
+    draft_at = draft_probs.gather(-1, at)  # [L, 1]  D(x_i | x^{i-1}) > 0
+    target_at = target_probs.gather(-1, at)  # [L, 1]  T(x_i | x^{i-1}) (gather reads rows 0..L-1)
+    accept_prob = acceptance_probability(target_at, draft_at, withheld).squeeze(-1)  # [L]
+    accepted = rng.bernoulli(accept_prob, generator).tolist()  # [L] bool
+    n = accepted.index(False) if False in accepted else length  # first rejection
+    tokens = draft_tokens.tolist()[:n]
     if n == length:
         tokens.append(rng.categorical(target_probs[length], generator))  # bonus token
         return tokens, n
