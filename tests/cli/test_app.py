@@ -103,3 +103,9 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
 @pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["theory", "speedup", "--help"]])
 def test_help_exits_zero(argv, capsys):
     assert main(argv) == 0 and "Usage: draftverify" in capsys.readouterr().out
+
+
+def test_no_command_prints_the_help(capsys):
+    assert main([]) == 2  # a usage error, but one that shows what there is to run
+    out = capsys.readouterr().out
+    assert "Usage: draftverify" in out and "generate" in out and "bench" in out

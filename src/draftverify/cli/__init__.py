@@ -24,7 +24,7 @@ __all__ = ["app", "main"]
 USAGE_ERROR = 2
 
 app = typer.Typer(
-    name="draftverify", add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
+    name="draftverify", add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
