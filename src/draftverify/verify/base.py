@@ -73,8 +73,8 @@ class Verifier(ABC):
     can be turned off by a caller whose inputs are valid by construction: shapes, dtypes and token
     ranges are still checked, the passes over the values (finite, non-negative, rows summing to
     one, drafted tokens with positive draft probability) are skipped. ``multidraft-bv`` turns it
-    off for its inner ``bv`` call; the decoding engine leaves it on unless the method says
-    otherwise (``"sd(validate=false)"``).
+    off for its inner ``bv`` call; the decoding engine turns it off too (its distributions come from
+    ``probs.warp``) unless the method asks for it (``"sd(validate=true)"``).
 
     ``strategy`` tells the decoding engine how to run one step for this verifier (one of
     :data:`STRATEGIES`): ``"parallel"`` drafts K x L tokens, scores them all in one target forward
