@@ -6,9 +6,9 @@ on the same units in the same run (:mod:`.sweep`); metrics are defined in :mod:`
 to ``--out``: ``results.jsonl`` (one raw record per run), ``summary.json``, ``report.md``, the
 plots (or under ``--plots-dir``) and ``cache/`` (or ``--cache``: per-configuration records, so
 rerunning the same command resumes). Prints the summary JSON and a table. The default sweep (3
-mixed prompts x 2 seeds, 32 configurations, 48 tokens: 192 runs) took 6 minutes on the embedded
-pair with one thread on this project's shared 2-core machine (256 runs took 15 minutes at nice 19
-beside the pair's training job).
+mixed prompts x 2 seeds, 32 configurations, 48 tokens: 192 runs) takes about a minute on the
+embedded pair with one thread on this project's 2-core machine when nothing else runs (60 s on
+2026-11-23; 6 minutes when it shared the cores with two other sweeps).
 """
 
 from __future__ import annotations
