@@ -11,7 +11,7 @@ import typer
 from ..verify import MethodSpec, parse_method, typed_options
 from ..verify.base import _REGISTRY, _ensure_loaded
 
-__all__ = ["GREEDY", "DraftFolder", "OptionItems", "Seed", "TargetFolder", "method_from_args"]
+__all__ = ["GREEDY", "DraftFolder", "JsonFile", "OptionItems", "Seed", "TargetFolder", "method_from_args"]
 
 GREEDY = "greedy"  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 
@@ -21,6 +21,7 @@ OptionItems = Annotated[list[str], typer.Option(
     help="A verifier option, as inside the method's parentheses, e.g. --option fraction=0.5 (repeatable).")]
 TargetFolder = Annotated[str | None, typer.Option(help="Target model folder.", show_default="the embedded pair")]
 DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the embedded pair")]
+JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 
 
 def method_from_args(method: str, option_items: list[str]) -> MethodSpec:

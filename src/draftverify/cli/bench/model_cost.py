@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from .._command import namespace, quiet_transformers
+from .._options import JsonFile
 from .._progress import progress_bar
 
 __all__ = ["model_cost"]
@@ -19,8 +20,7 @@ def model_cost(
     draft_length: Annotated[int, typer.Option(min=1, help="L: the target scores L + 1 tokens.")] = 4,
     accepted: Annotated[int, typer.Option(min=0, help="Drafted tokens keep_draft keeps.")] = 2,
     threads: Annotated[int, typer.Option(min=1, help="Torch threads.")] = 1,
-    json: Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.",
-                                             show_default="none")] = None,
+    json: JsonFile = None,
 ) -> int:
     """Per-call cost of a target scoring L + 1 tokens against one token, and of a draft step."""
     if accepted > draft_length:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .._command import namespace
-from .._options import Seed
+from .._options import JsonFile, Seed
 from .._progress import progress_bar
 
 __all__ = ["spectr_gbv"]
@@ -19,8 +19,7 @@ def spectr_gbv(
     runs: Annotated[int, typer.Option(min=0, help="Long-run decodings per verifier and instance (0: skip them).")] = 0,
     num_tokens: Annotated[int, typer.Option(min=1, help="Tokens per long-run decoding.")] = 60,
     seed: Seed = 0,
-    json: Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.",
-                                             show_default="none")] = None,
+    json: JsonFile = None,
 ) -> int:
     """SpecTr-GBV (seed 004) as published against exact multi-draft verifiers, by exact enumeration on toys."""
     from ...bench import spectr_gbv as bench
