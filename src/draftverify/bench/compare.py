@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..engine import GenerationResult, generate
+from ..engine import GenerationResult, generate, generate_batch
 from ..models.base import LanguageModel
 from ..verify import parse_method
 from .progress import track
@@ -19,7 +19,7 @@ from .progress import track
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["MethodRun", "run_spec", "compare", "format_table"]
+__all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare", "format_table"]
 
 DEMO_SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
 
@@ -37,21 +37,32 @@ class MethodRun:
         return r.draft_seconds / r.draft_calls if r.draft_calls else None
 
 
+def _method(spec: str, drafts: dict[str, LanguageModel], settings: dict[str, Any]) -> tuple[str, LanguageModel | None, dict[str, Any]]:
+    """The method name, its draft and its decoding settings for ``spec`` (see module doc)."""
+    parsed = parse_method(spec)
+    draft_name = parsed.draft or "draft"
+    if parsed.name == "ar":
+        return parsed.name, None, {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
+    if draft_name not in drafts:
+        raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
+    written = {k: getattr(parsed, k) for k in ("num_drafts", "draft_length") if getattr(parsed, k) is not None}
+    return parsed.name, drafts[draft_name], {**settings, **written, "options": parsed.options}
+
+
 def run_spec(
     spec: str, target: LanguageModel, drafts: dict[str, LanguageModel], prompt_ids: list[int], **settings: Any
 ) -> MethodRun:
     """Run ``spec`` (see module doc) with ``drafts[name]`` as its draft (``"draft"`` by default)."""
-    parsed = parse_method(spec)
-    draft_name = parsed.draft or "draft"
-    if parsed.name != "ar" and draft_name not in drafts:
-        raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
-    if parsed.name == "ar":
-        settings = {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
-    else:
-        written = {k: getattr(parsed, k) for k in ("num_drafts", "draft_length") if getattr(parsed, k) is not None}
-        settings = {**settings, **written, "options": parsed.options}
-    draft = drafts.get(draft_name) if parsed.name != "ar" else None
-    return MethodRun(spec, generate(target, draft, prompt_ids, parsed.name, **settings))
+    name, draft, settings = _method(spec, drafts, settings)
+    return MethodRun(spec, generate(target, draft, prompt_ids, name, **settings))
+
+
+def run_spec_batch(
+    spec: str, target: LanguageModel, drafts: dict[str, LanguageModel], prompts: list[list[int]], **settings: Any
+) -> list[GenerationResult]:
+    """``spec`` on every prompt in one ``generate_batch`` call (drafts and settings as :func:`run_spec`)."""
+    name, draft, settings = _method(spec, drafts, settings)
+    return generate_batch(target, draft, prompts, name, **settings)
 
 
 def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:

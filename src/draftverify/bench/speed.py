@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from ..engine import generate_batch
 from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
-from .compare import format_table, run_spec
+from .compare import format_table, run_spec, run_spec_batch
 from .progress import track
 
 if TYPE_CHECKING:
@@ -119,16 +118,14 @@ def hf_generate(target, prompt_ids: list[int], *, max_new_tokens: int, temperatu
 def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs: tuple[str, ...],
                 seed: int, **settings: Any) -> list[dict[str, Any]]:
     """Tokens/s of ``generate_batch`` on all ``prompts`` beside one ``generate`` call per prompt
-    (same seeds, calls interleaved per method), for each method of ``specs``."""
+    (same seed), for each method of ``specs``: the batch call, then the single calls."""
     rows = []
     for spec in specs:
-        draft = None if spec == "ar" else drafts["draft"]
-        options = {k: v for k, v in settings.items() if spec != "ar" or k != "draft_length"}
         began = time.perf_counter()
-        results = generate_batch(target, draft, prompts, spec, seed=seed, **options)
+        results = run_spec_batch(spec, target, drafts, prompts, seed=seed, **settings)
         batch_seconds = time.perf_counter() - began
         single_tokens, single_seconds = 0, 0.0
-        for i, prompt in enumerate(prompts):
+        for prompt in prompts:
             run = run_spec(spec, target, drafts, prompt, seed=seed, **settings).result
             single_tokens, single_seconds = single_tokens + len(run.tokens), single_seconds + run.seconds
         batch_tokens = sum(len(r.tokens) for r in results)
