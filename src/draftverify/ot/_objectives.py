@@ -189,12 +189,15 @@ class _Enumerated:
     def __init__(self, system: "LuceSystem"):
         self.system = system
         self.slack = 1.0 if system.slack else 0.0
-        width = min(system.draft.size, system.num_drafts)
-        groups, self.members, self.pairs = _set_structure(system.draft.size, width, system.slack)
+        size = system.draft.size
+        width = min(size, system.num_drafts)
+        groups, self.members, self.pairs = _set_structure(size, width, system.slack)
         self.flat_members = self.members.ravel()  # [M * (width + slack)]
-        self.padding = np.array([-np.inf, 0.0]) if system.slack else np.array([-np.inf])  # log weights of the dummy and the residual
+        # log weights: the tokens', then the dummy's (u = 0) and the residual's (log s = 0)
+        self.logits = np.concatenate((np.zeros(size), [-np.inf, 0.0] if system.slack else [-np.inf]))
         self.mass = np.concatenate([set_masses(g, system.draft, system.background, system.num_drafts) for g in groups])
         self.root_mass = np.sqrt(self.mass)
+        self.receives = system.required > 0
 
     def evaluate(self, alpha: np.ndarray, hessian: bool):
         with np.errstate(under="ignore"):  # see the module docstring: underflow to 0 is the right value
@@ -202,28 +205,29 @@ class _Enumerated:
 
     def _evaluate(self, alpha: np.ndarray, hessian: bool):
         size = alpha.size
-        # [M, n (+1)] log u_j of the members, after the residual's log s = 0 when there is one; the dummy has u = 0
-        logits = np.concatenate((alpha, self.padding))[self.members]
+        self.logits[:size] = alpha
+        logits = self.logits[self.members]  # [M, n (+1)] log u_j of the members (after the residual's, when there is one)
         columns = range(1, logits.shape[1])
         top = logits[:, 0]  # [M] the set's largest log weight (column maxima: a short-axis reduce is slow)
         for column in columns:
             top = np.maximum(top, logits[:, column])
         if not self.slack:
             top = np.where(top > -np.inf, top, 0.0)  # a set none of whose tokens may receive anything
-        scaled = exp_flushed(logits - top[:, None])  # [M, n (+1)] u_j / e^top (and s / e^top), in [0, 1]
-        total = scaled[:, 0]  # [M] (s + U(S)) / e^top
+        logits -= top[:, None]
+        shares = np.exp(logits, out=np.zeros(logits.shape), where=logits >= _LOG_TINY)  # [M, n (+1)] u_j / e^top, flushed
+        total = shares[:, 0]  # [M] (s + U(S)) / e^top
         for column in columns:
-            total = total + scaled[:, column]
+            total = total + shares[:, column]
         # >= 1 when the set has a weight (its largest is e^0); a set with none has c_S = 0 up to
         # rounding (Hall's condition on Theorem 6.2's totals) and counts as log 1 = 0, share 0
-        total = np.maximum(total, 1.0)
-        value = self.mass @ (top + np.log(total)) - _dot(self.system.required, alpha)  # log(s + U(S)): shifted log-sum-exp
-        shares = scaled / total[:, None]  # [M, n (+1)] u_j / (s + U(S)) (and the residual's share)
+        np.maximum(total, 1.0, out=total)
+        value = self.mass @ (top + np.log(total)) - float(self.system.required @ np.where(self.receives, alpha, 0.0))  # b . alpha, 0 * -inf = 0
+        shares /= total[:, None]  # u_j / (s + U(S)) (and the residual's share)
         intake = np.bincount(self.flat_members, weights=(shares * self.mass[:, None]).ravel(), minlength=size + 2)[:size]
         matrix = None
         if hessian:  # diag(intake) - sum_S c_S s_S s_S^T (token members only)
-            scaled = shares[:, 1:] * self.root_mass[:, None] if self.slack else shares * self.root_mass[:, None]
-            outer = np.bincount(self.pairs, weights=(scaled[:, :, None] * scaled[:, None, :]).ravel(), minlength=(size + 1) ** 2)
+            rooted = (shares[:, 1:] if self.slack else shares) * self.root_mass[:, None]
+            outer = np.bincount(self.pairs, weights=(rooted[:, :, None] * rooted[:, None, :]).ravel(), minlength=(size + 1) ** 2)
             matrix = -outer.reshape(size + 1, size + 1)[:size, :size]
             matrix.flat[:: size + 1] += intake  # the diagonal
         return value, intake - self.system.required, intake, matrix

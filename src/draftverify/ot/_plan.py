@@ -82,11 +82,26 @@ class Decomposed:
         self.parts: dict[str, Part] = {}
         self.used_fallback = False
         self.position = instance.position
-        self.residual = instance.target.copy()  # [V] p_res; outside V0 the whole target mass is residual
-        self.residual[instance.inner_tokens] = 0.0
-        outer = instance.outer_tokens  # >= 0 by Theorem 6.2 (the clip is for rounding only)
-        self.residual[outer] = np.maximum(instance.target[outer] - instance.outer_marginals(), 0.0)
-        self.residual_total = float(self.residual.sum())
+        # p_res on V0 in ratio order: 0 on H*, T(i) - p_i outside it (>= 0 by Theorem 6.2, the clip
+        # is for rounding only); outside V0 the whole target mass is residual. No [V] copy is kept:
+        # the residual law is written straight into each conditional.
+        self.support_residual = np.zeros(instance.order.size)
+        self.support_residual[instance.h:] = np.maximum(instance.target[instance.outer_tokens] - instance.outer_marginals(), 0.0)
+        self.residual_total = instance.outside_mass + float(self.support_residual.sum())
+
+    def _residual(self, mass: float) -> np.ndarray:
+        """[V] ``mass`` spread in proportion to p_res (seed 001 eq. 8 / eq. 18); residual_total > 0."""
+        instance = self.instance
+        if mass <= 1e300 * self.residual_total:  # the scale is a float: one pass over V
+            scale = mass / self.residual_total
+            out = instance.target * scale
+            out[instance.order] = self.support_residual * scale
+            return out
+        out = instance.target.copy()  # a residual below 1e-300 of the mass: ratio first, no overflow
+        out[instance.order] = self.support_residual
+        out /= self.residual_total
+        out *= mass
+        return out
 
     def part(self, which: str) -> Part:
         if which not in self.parts:
@@ -116,8 +131,7 @@ class Decomposed:
         accepted = float(shares.sum())
         rest = 1.0 - accepted
         if rest > 0 and self.residual_total > 0:
-            out = self.residual / self.residual_total  # [V] eq. 8 / eq. 18 (ratio first: no overflow)
-            out *= rest  # in place: a second [V] temporary costs more than the arithmetic
+            out = self._residual(rest)  # [V] eq. 8 / eq. 18
         else:
             out = np.zeros(instance.vocab_size)  # [V]
             if rest > 0:  # alpha* = 1 to float precision: no residual mass exists, the tuple keeps all of it
@@ -130,11 +144,10 @@ class Decomposed:
         instance = self.instance
         outer, inner = self.part("outer"), self.part("inner")
         inner_mass = float(np.sum(instance.draft[instance.inner_tokens]) ** instance.num_drafts)  # D(H*)^n
-        law = np.zeros(instance.vocab_size)
-        law[instance.inner_tokens] = inner.intake
-        law[instance.outer_tokens] = outer.intake
-        if self.residual_total > 0:
-            law += (inner_mass - inner.intake.sum()) * self.residual / self.residual_total
+        rest = inner_mass - inner.intake.sum()
+        law = self._residual(rest) if self.residual_total > 0 and rest > 0 else np.zeros(instance.vocab_size)
+        law[instance.inner_tokens] += inner.intake
+        law[instance.outer_tokens] += outer.intake
         return law
 
     def acceptance(self) -> float:
