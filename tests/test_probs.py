@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from draftverify.probs import as_tensor, check_distributions, residual_or_target, sum_tolerance, warp
+from draftverify.probs import as_tensor, check_distributions, sum_tolerance, warp
 from tests.factories import random_distributions
 
 
@@ -74,10 +74,3 @@ def test_warp_temperature_top_k_top_p():
     for bad in (dict(temperature=-1.0), dict(temperature=float("nan")), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
         with pytest.raises(ValueError):
             warp(logits, **bad)
-
-
-def test_residual_or_target_falls_back_only_on_zero_mass():
-    target = torch.tensor([0.5, 0.5], dtype=torch.float64)
-    residual = torch.tensor([0.0, 1e-300], dtype=torch.float64)
-    assert residual_or_target(residual, target) is residual  # tiny but positive mass: the residual
-    assert residual_or_target(torch.zeros(2, dtype=torch.float64), target) is target

@@ -46,6 +46,34 @@ def test_categorical_takes_unnormalised_weights_and_refuses_zero_mass():
         rng.categorical(torch.zeros(3), generator)
 
 
+def test_categorical_falls_back_only_on_zero_mass():
+    generator = torch.Generator().manual_seed(2)
+    target = torch.tensor([0.5, 0.0, 0.5], dtype=torch.float64)
+    tiny = torch.tensor([0.0, 1e-300, 0.0], dtype=torch.float64)
+    assert all(rng.categorical(tiny, generator, fallback=target) == 1 for _ in range(50))  # tiny but positive mass
+    draws = [rng.categorical(torch.zeros(3, dtype=torch.float64), generator, fallback=target) for _ in range(400)]
+    assert set(draws) == {0, 2}
+    for weights in (tiny, torch.zeros(3, dtype=torch.float64)):  # a branching source sees the weights actually used
+        class Record(BranchingSource):
+            def categorical(self, chosen):
+                return int(chosen.argmax())
+        assert rng.categorical(weights, Record(), fallback=target) == (1 if weights.any() else 0)
+
+
+def test_categorical_draws_what_inverse_cdf_draws_from_the_same_uniform():
+    # the per-row verifiers (categorical) and the batched kernels (inverse_cdf) must agree bit for bit
+    source = torch.Generator().manual_seed(3)
+    for size in (5, 1000, 32001):
+        for _ in range(30):
+            weights = torch.rand(size, generator=source) ** 30
+            weights[weights < 0.2] = 0.0  # mostly zeros, as a residual is
+            weights[size // 2] += 0.01
+            seed = int(torch.randint(0, 2**31, (1,), generator=source))
+            one = rng.categorical(weights, torch.Generator().manual_seed(seed))
+            uniform = torch.rand(1, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+            assert one == int(rng.inverse_cdf(weights[None], uniform)[0]) and weights[one] > 0
+
+
 def test_seeded_draws_repeat_bit_for_bit():
     def run(seed):
         generator = torch.Generator().manual_seed(seed)

@@ -17,7 +17,6 @@ __all__ = [
     "check_distributions",
     "sum_tolerance",
     "warp",
-    "residual_or_target",
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
@@ -112,15 +111,3 @@ def warp(
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
-
-
-def residual_or_target(residual: torch.Tensor, target_row: torch.Tensor) -> torch.Tensor:
-    """The weights a correction token is drawn from: ``residual`` [V] when its mass is positive,
-    else ``target_row`` [V].
-
-    Every verifier draws its correction token from a residual such as (T - D)_+ that has positive
-    mass whenever a rejection has positive probability. A zero mass means T = D at this node to
-    float precision: the rejection had probability 0 and was reached by rounding, and the target's
-    row is the law the token must have there.
-    """
-    return residual if bool(residual.sum() > 0) else target_row

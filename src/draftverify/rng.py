@@ -87,17 +87,38 @@ def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.minimum(index, reached)[:, 0]  # [N]
 
 
-def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSource | None) -> int:
+def categorical(weights: torch.Tensor, generator: torch.Generator | BranchingSource | None,
+                fallback: torch.Tensor | None = None) -> int:
     """One index drawn with probability proportional to the non-negative ``weights`` [V].
 
-    The weights need not be normalised (residuals are passed as they are). Inverse CDF in float64:
-    an index with zero weight is never returned. Raises ``ValueError`` when all weights are zero.
+    The weights need not be normalised (residuals are passed as they are). Inverse CDF in float64,
+    the arithmetic of :func:`inverse_cdf` (so a batched kernel draws the same index from the same
+    uniform): an index with zero weight is never returned. When all weights are zero the draw is
+    from ``fallback`` [V] if given, else ``ValueError`` is raised.
+
+    The fallback is how every verifier draws its correction token: from a residual such as
+    (T - D)_+, which has positive mass whenever a rejection has positive probability, or else from
+    the target's row. A zero mass means T = D at this node to float precision: the rejection had
+    probability 0 and was reached by rounding, and the target's row is the law the token must have.
+
+    One row costs a prefix sum, one read of its last entry and one search (five tensor ops: on a
+    CPU each op's fixed cost, not the pass over V, dominates up to V of a few thousand).
     """
     if isinstance(generator, BranchingSource):
+        if fallback is not None and not bool(weights.sum() > 0):
+            weights = fallback
         return generator.categorical(weights)
-    if not bool(weights.sum() > 0):
-        raise ValueError("categorical: all weights are zero (nothing to sample)")
-    return int(inverse_cdf(weights.reshape(1, -1), _uniforms(1, generator))[0])
+    cdf = torch.cumsum(weights, 0, dtype=torch.float64)  # [V]
+    total = float(cdf[-1])
+    if not total > 0:  # NaN fails too
+        if fallback is None:
+            raise ValueError("categorical: all weights are zero (nothing to sample)")
+        return categorical(fallback, generator)
+    point = _uniforms(1, generator).mul_(total)  # [1] u * total, float64 as in inverse_cdf
+    index = int(torch.searchsorted(cdf, point, right=True))
+    if index == cdf.numel():  # u * total rounded up to the total (see inverse_cdf)
+        index = int(torch.searchsorted(cdf, cdf[-1:], right=False))
+    return index
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from .. import rng
-from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 from .modifications import ModificationStack
 from .token import correction_weights
@@ -46,7 +45,7 @@ def _final_token(tau, length, bonus_row, residual: Callable[[int], torch.Tensor]
     row at tau when that residual has no mass)."""
     if tau == length:
         return rng.categorical(bonus_row, generator)
-    return rng.categorical(residual_or_target(residual(tau), target_row), generator)
+    return rng.categorical(residual(tau), generator, fallback=target_row)
 
 
 @register

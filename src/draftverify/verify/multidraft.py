@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from .. import ot, rng
-from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 
 __all__ = ["KSeq", "OptimalTransport", "kseq_rho", "multi_step"]
@@ -91,7 +90,7 @@ def _kseq_position(target: torch.Tensor, draft: torch.Tensor, candidates: torch.
     beta = float(overlap.sum())
     scale = (1.0 - (1.0 - beta) ** m) / beta if beta > 0 else 0.0
     residual = torch.clamp(target - scale * overlap, min=0.0)  # >= 0 up to rounding on the feasible side
-    return rng.categorical(residual_or_target(residual, target), generator)
+    return rng.categorical(residual, generator, fallback=target)
 
 
 @register

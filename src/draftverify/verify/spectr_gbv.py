@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from .. import rng
-from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 from .modifications import ModificationStack
 
@@ -134,7 +133,7 @@ class SpecTrGBV(Verifier):
         if tau == length:
             last = rng.categorical(target[chosen, length], generator)  # bonus token
         else:  # eq. 4; where T = D at this node eq. 4 is 0/0 and the token comes from the target
-            last = rng.categorical(residual_or_target(residual[chosen, tau], target[chosen, tau]), generator)
+            last = rng.categorical(residual[chosen, tau], generator, fallback=target[chosen, tau])
         new_state = _next_state(tokens[chosen], draft[chosen], target[chosen], [b[chosen] for b in below], modifications, tau, last)
         return VerifyResult(tokens=accepted + [last], num_accepted=tau, draft_index=chosen, state=new_state)
 

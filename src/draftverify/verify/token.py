@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from .. import rng
-from ..probs import residual_or_target
 from .base import Verifier, VerifyResult, register
 
 __all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain", "acceptance_probability", "correction_weights", "correction_token", "speculative_step"]
@@ -39,7 +38,7 @@ def correction_weights(target_probs: torch.Tensor, draft_probs: torch.Tensor, wi
 def correction_token(target_row: torch.Tensor, draft_row: torch.Tensor, withheld: float, generator) -> int:
     """The correction token after a rejection: z ~ (r + sigma) / (TV + eps), the normalised
     :func:`correction_weights`. Rows ``[V]``."""
-    return rng.categorical(residual_or_target(correction_weights(target_row, draft_row, withheld), target_row), generator)
+    return rng.categorical(correction_weights(target_row, draft_row, withheld), generator, fallback=target_row)
 
 
 def speculative_step(token: int, draft_row: torch.Tensor, target_row: torch.Tensor, generator) -> tuple[int, bool]:
