@@ -117,6 +117,10 @@ def test_method_specs_and_grid_errors():
     labels = [c.label for c in Sweep(methods=("ar", "sd", "kseq"), num_drafts=(3,)).configs()]
     assert labels == ["ar T=1", "sd@draft K=1 L=4 T=1", "kseq@draft K=3 L=4 T=1"]  # single-draft: K = 1 only
     assert RunConfig("kseq", (), 3, 4, 0.4, None, "draft").label == "kseq@draft K=3 L=4 T=0.4"
+    labels = [c.label for c in Sweep(methods=("sd", "greedy"), temperatures=(0.0, 1.0)).configs()]
+    assert labels == ["ar T=0", "sd@draft K=1 L=4 T=0", "greedy@draft K=1 L=4 T=0", "ar T=1", "sd@draft K=1 L=4 T=1"]
+    with pytest.raises(ValueError, match="greedy verifies temperature-0 decoding only"):
+        Sweep(methods=("ar", "greedy"), temperatures=(1.0,))
 
 
 def test_prompt_sets(tmp_path):

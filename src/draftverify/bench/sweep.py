@@ -25,6 +25,7 @@ import torch
 from ..engine import AR, stream
 from ..models.base import LanguageModel
 from ..verify import MethodSpec, get_verifier, parse_method, verifiers
+from ..verify.token import GreedyMatch
 from .probes import HeapPeak, count_ot_fallbacks, weight_bytes
 
 if TYPE_CHECKING:
@@ -82,7 +83,9 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Sweep:
-    """The grid; ``methods`` are specs as :func:`read_method` reads them."""
+    """The grid; ``methods`` are specs as :func:`read_method` reads them. ``greedy`` runs at
+    temperature 0 only: it keeps the target's argmax, which is the target's law at temperature 0
+    alone (a grid that lists greedy without temperature 0 is an error)."""
 
     methods: tuple[str, ...] = (AR, "sd", "bv")
     num_drafts: tuple[int, ...] = (1,)
@@ -104,16 +107,19 @@ class Sweep:
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         object.__setattr__(self, "parsed", tuple(read_method(m) for m in dict.fromkeys(self.methods)))
+        if any(name == GreedyMatch.name for name, _ in self.parsed) and 0.0 not in self.temperatures:
+            raise ValueError(f"greedy verifies temperature-0 decoding only (it keeps the target's argmax), and the "
+                             f"temperatures are {list(self.temperatures)}: add 0, or sample with sd or bv")
 
     def configs(self) -> list[RunConfig]:
         """Every configuration: ``ar`` first at each temperature (the baseline must exist);
-        multi-draft methods at every K, single-draft methods at K = 1 only."""
+        multi-draft methods at every K, single-draft methods at K = 1 only; greedy at temperature 0."""
         multi = {info.name: info.multi_draft for info in verifiers()}
         configs = []
         for temperature in self.temperatures:
             configs.append(RunConfig(AR, temperature=temperature, top_k=self.top_k))
             for name, options in self.parsed:
-                if name == AR:
+                if name == AR or (name == GreedyMatch.name and temperature != 0):
                     continue
                 for draft in self.drafts:
                     for k in self.num_drafts if multi[name] else (1,):

@@ -23,7 +23,7 @@ def decode(
     num_drafts: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Values of K (single-draft methods "
                                                   "use K = 1).")] = [1, 3],
     draft_lengths: Annotated[list[int], typer.Option(min=1, metavar="L...", help="Values of L.")] = [2, 4, 6],
-    temperatures: Annotated[list[float], typer.Option(min=0.0, metavar="T...", help="Temperatures; 0 adds the "
+    temperatures: Annotated[list[float], typer.Option(min=0.0, metavar="T...", help="Temperatures (greedy runs at 0 only); 0 adds the "
                                                       "greedy equality check.")] = [0.0, 1.0],
     drafts: Annotated[list[str], typer.Option(metavar="KIND...", help="Draft kinds: draft (transformer), "
                                               "ngram.")] = ["draft"],

@@ -20,7 +20,8 @@ def ot(
     methods: Annotated[list[str], typer.Option(metavar="METHOD...", help="Method names of draftverify.ot.solve; "
                                                "gr@TOL sets gr's tol.")] = ["lp", "maxflow", "maxflow-cs", "gr@0.001", "gr@0.0001"],
     tokens: Annotated[int, typer.Option(min=1, help="Tokens (distribution pairs) per cell.")] = 40,
-    cell_seconds: Annotated[float, typer.Option(callback=above(0), help="Stop a cell after this much solve time.")] = 20.0,
+    cell_seconds: Annotated[float, typer.Option(callback=above(0), help="Stop a method in a cell after this much solve time.")] = 20.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Solves per token; the fastest counts (one-off interference drops out).")] = 3,
     max_arcs: Annotated[tuple[int, int, int], typer.Option(
         min=1, metavar="LP MAXFLOW MAXFLOW-CS", help="Network size limits of lp, maxflow and maxflow-cs "
         "(cells above are skipped).")] = (300_000, 4_000_000, 4_000_000),
