@@ -74,6 +74,29 @@ def test_categorical_draws_what_inverse_cdf_draws_from_the_same_uniform():
             assert one == int(rng.inverse_cdf(weights[None], uniform)[0]) and weights[one] > 0
 
 
+def test_a_bounded_coin_tests_the_smaller_probability_and_skips_what_it_cannot_use():
+    calls = []
+
+    def prob():
+        calls.append(1)
+        return 0.5
+
+    coins = Coins(20_000, torch.Generator().manual_seed(4))
+    wins = [coins.toss_below(i, 0.3, prob) for i in range(20_000)]
+    assert abs(sum(wins) / 20_000 - 0.3) < 0.015  # min(bound, prob) = 0.3
+    assert abs(len(calls) / 20_000 - 0.3) < 0.015  # prob() only below the bound
+    same = Coins(20_000, torch.Generator().manual_seed(4))
+    assert wins == [same.toss(i, 0.3) for i in range(20_000)]  # the same coins as an unbounded toss of min(bound, prob)
+
+    class Record(BranchingSource):
+        def bernoulli(self, probs):
+            self.seen = float(probs[0])
+            return torch.ones(1, dtype=torch.bool)
+
+    source = Record()
+    assert Coins(1, source).toss_below(0, 0.3, lambda: 0.2) and source.seen == 0.2
+
+
 def test_seeded_draws_repeat_bit_for_bit():
     def run(seed):
         generator = torch.Generator().manual_seed(seed)

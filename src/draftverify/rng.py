@@ -12,7 +12,7 @@ Uniforms are float64: float32 uniforms can be exactly 0 and would accept a zero-
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -50,7 +50,7 @@ def bernoulli(probs: torch.Tensor, generator: torch.Generator | BranchingSource 
     only against float rounding of already valid probabilities)."""
     if isinstance(generator, BranchingSource):
         return generator.bernoulli(probs)
-    return _uniforms(probs.shape, generator) < probs.to(torch.float64)  # [n]
+    return _uniforms(probs.shape, generator) < probs  # [n] compared in float64 (type promotion)
 
 
 class Coins:
@@ -69,6 +69,15 @@ class Coins:
         if self._source is not None:
             return bool(self._source.bernoulli(torch.tensor([prob], dtype=torch.float64))[0])
         return self._uniforms[index] < prob
+
+    def toss_below(self, index: int, bound: float, prob: Callable[[], float]) -> bool:
+        """Coin ``index`` with success probability ``min(bound, prob())``; ``prob`` is called only
+        when the coin's uniform falls below ``bound``, so a coin that cannot succeed costs nothing
+        (a branching source, which needs the probability itself, always calls it)."""
+        if self._source is not None:
+            return self.toss(index, min(bound, prob()))
+        uniform = self._uniforms[index]
+        return uniform < bound and uniform < prob()
 
 
 def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

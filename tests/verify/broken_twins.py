@@ -36,8 +36,8 @@ class GBVWithoutModification:
         return dataclasses.replace(result, state=None)
 
 
-def first_failure(success_prob, length, generator) -> int:
-    """tau = number of successes before the first failure (the known BV bug)."""
+def first_failure(success_prob, length, generator, bound=None) -> int:
+    """tau = number of successes before the first failure (the known BV bug); ``bound`` unused."""
     for i in range(1, length + 1):
         if not bool(rng.bernoulli(torch.tensor([success_prob(i)], dtype=torch.float64), generator)[0]):
             return i - 1

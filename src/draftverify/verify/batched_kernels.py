@@ -313,6 +313,9 @@ def bv_kernel(
     ).view_as(inner).to(torch.float64)  # [B, max_L - 1]
     denominator = (z + 1.0) - inner.to(torch.float64)
     h = torch.where(denominator > 0, z / denominator, 1.0)  # [B, max_L - 1]  h_i, i < L_b
+    # h_i <= p_i (Z_i <= p_i); the per-row verifier fails a coin whose uniform is >= p_i without
+    # computing Z_i: testing min(p_i, h_i) here draws the same tokens bit for bit
+    h = torch.minimum(h, inner.to(torch.float64))
 
     # coin c = i - 1 tests position i: h_i for i < L_b, p_L for i = L_b
     is_last = torch.arange(1, max_draft_len + 1, device=p.device) == ragged.lengths[:, None]  # [B, max_L]

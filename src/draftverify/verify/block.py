@@ -26,16 +26,23 @@ __all__ = ["BlockVerification", "GreedyBlockVerification", "GBVState", "last_suc
 _EAGER_ELEMENTS = 1 << 16
 
 
-def last_success(success_prob: Callable[[int], float], length: int, generator) -> int:
+def last_success(success_prob: Callable[[int], float], length: int, generator,
+                 bound: Callable[[int], float] | None = None) -> int:
     """tau = max{i in 1..L : eta_i <= h_i}, 0 if none, with independent coins per position.
 
     The coins are tossed from i = L downwards and the first success is tau, so h_i (a pass over
     the vocabulary) is computed only for the positions from L down to tau: when the draft is mostly
-    accepted almost no row is read. The law is that of tossing all L coins.
+    accepted almost no row is read. ``bound(i)``, when given, is a cheap upper bound of h_i: a coin
+    whose uniform lies above it fails without h_i being computed (the coin tests min(bound, h_i) =
+    h_i). The law is that of tossing all L coins.
     """
     coins = rng.Coins(length, generator)
     for i in range(length, 0, -1):
-        if coins.toss(i - 1, success_prob(i)):
+        if bound is None:
+            success = coins.toss(i - 1, success_prob(i))
+        else:
+            success = coins.toss_below(i - 1, bound(i), lambda: success_prob(i))
+        if success:
             return i
     return 0
 
@@ -98,7 +105,7 @@ class BlockVerification(Verifier):
             z = excess[i]
             return z / (z + 1 - p[i]) if z + 1 - p[i] > 0 else 1.0
 
-        tau = last_success(success_prob, length, generator)
+        tau = last_success(success_prob, length, generator, bound=p.__getitem__)  # h_i <= p_i (Z_i <= p_i)
         last = _final_token(tau, length, target[length], residual, target[tau], generator)
         return VerifyResult(tokens=x.tolist()[:tau] + [last], num_accepted=tau, draft_index=0, state=None)
 
