@@ -62,3 +62,9 @@ def test_checker_validates_its_arguments():
         check_exactness(get_verifier("sd"), samples=0)
     with pytest.raises(ValueError, match="too large"):
         check_exactness(get_verifier("sd"), random_pair(vocab_size=8), num_tokens=8, samples=1)
+
+
+def test_checker_reports_each_decoded_sequence():
+    done = []
+    report = check_exactness(get_verifier("sd"), samples=25, on_sample=lambda: done.append(1))
+    assert len(done) == report.samples == 25

@@ -45,11 +45,11 @@ def check(
     verifier = get_verifier(method.name, **method.options)
     pair = random_pair(vocab_size=vocab, order=order, seed=seed)
     with progress_bar(ctx) as progress:
-        progress.add_task(f"{samples} sequences through {name}", total=None)
+        task = progress.add_task(f"sequences through {name}", total=samples)
         report = check_exactness(
             verifier, pair, num_drafts=drafts if method.num_drafts is None else method.num_drafts,
             draft_length=draft_length if method.draft_length is None else method.draft_length,
-            num_tokens=tokens, samples=samples, seed=seed,
+            num_tokens=tokens, samples=samples, seed=seed, on_sample=lambda: progress.advance(task),
         )
     if as_json:
         print(json.dumps({"verifier": name, "options": method.options, **report.__dict__}))

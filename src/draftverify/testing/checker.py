@@ -9,6 +9,7 @@ decoding loop does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -167,12 +168,13 @@ def check_exactness(
     num_tokens: int = 4,
     samples: int = 20000,
     seed: int = 0,
+    on_sample: Callable[[], None] | None = None,
 ) -> ExactnessReport:
     """Decode ``samples`` sequences through ``verifier`` and test their law against the target's.
 
     ``pair`` defaults to ``random_pair(vocab_size=4, order=2, seed=seed)``. The p-value is exact
     for a correct verifier up to the chi-square approximation; a biased verifier drives it to 0 as
-    ``samples`` grows.
+    ``samples`` grows. ``on_sample``, if given, is called after each decoded sequence (progress).
     """
     if samples < 1 or num_drafts < 1 or draft_length < 1 or num_tokens < 1:
         raise ValueError("samples, num_drafts, draft_length and num_tokens must be >= 1")
@@ -191,6 +193,8 @@ def check_exactness(
         calls += trace.calls
         accepted += trace.accepted
         rejections += trace.rejections
+        if on_sample is not None:
+            on_sample()
     law = pair.target.law(num_tokens).ravel()
     p_value, statistic, dof = goodness_of_fit(counts, law)
     return ExactnessReport(
