@@ -103,6 +103,7 @@ def test_first_token_deviation_detects_an_inexact_verifier(models):
     # accept-all emits the draft's first token: TV(target, draft) at the prompt, far above the floor
     gap = 0.5 * abs(target.model.conditional((1,)) - drafts["draft"].model.conditional((1,))).sum()
     assert broken["tv"] == pytest.approx(gap, abs=3 * broken["noise"]) and broken["tv"] > 10 * broken["noise"]
+    assert exact["p_value"] > 0.01 and broken["p_value"] == pytest.approx(1 / 401)  # no exact set reaches the broken TV
 
 
 def test_method_specs_and_grid_errors():

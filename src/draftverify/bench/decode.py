@@ -26,7 +26,7 @@ import torch
 
 from ..engine import AR
 from .plots import plot_all
-from .probes import first_token_deviation
+from .probes import REFERENCE_DRAWS, first_token_deviation
 from .progress import track
 from .prompts import fingerprint, load_prompts
 from .report import console_table, markdown
@@ -78,7 +78,7 @@ def _deviations(args, context: dict[str, Any], configs: list[RunConfig], target,
     for config in track(progress, configs, "first-token deviation"):
         if config.method == AR or exact.get(config.method, False) or args.deviation_samples <= 0:
             continue
-        path = cache / f"deviation-{config.key(dict(context, samples=args.deviation_samples, deviation_prompts=args.deviation_prompts))}.json"
+        path = cache / f"deviation-{config.key(dict(context, samples=args.deviation_samples, deviation_prompts=args.deviation_prompts, reference_draws=REFERENCE_DRAWS))}.json"
         if args.no_resume or not path.exists():
             try:
                 values = [first_token_deviation(target, drafts[config.draft], ids, samples=args.deviation_samples, seed=0,
@@ -87,7 +87,9 @@ def _deviations(args, context: dict[str, Any], configs: list[RunConfig], target,
                 out[config.label] = {"error": f"{type(error).__name__}: {error}"}
                 continue
             mean = {k: sum(v[k] for v in values) / len(values) for k in ("tv", "noise")}
-            path.write_text(json.dumps(dict(mean, samples=args.deviation_samples, prompts=len(values))))
+            # one p-value for the prompts together: the smallest, Bonferroni-corrected
+            p_value = min(1.0, len(values) * min(v["p_value"] for v in values))
+            path.write_text(json.dumps(dict(mean, p_value=p_value, samples=args.deviation_samples, prompts=len(values))))
         out[config.label] = json.loads(path.read_text())
     return out
 

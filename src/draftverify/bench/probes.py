@@ -25,7 +25,7 @@ import torch
 from ..models.base import LanguageModel
 from ..probs import warp
 
-__all__ = ["HeapPeak", "weight_bytes", "count_ot_fallbacks", "first_token_deviation"]
+__all__ = ["HeapPeak", "weight_bytes", "count_ot_fallbacks", "first_token_deviation", "REFERENCE_DRAWS"]
 
 
 class _MallInfo2(ctypes.Structure):
@@ -119,12 +119,18 @@ def count_ot_fallbacks() -> Iterator[dict[str, int]]:
         settle()
 
 
+REFERENCE_DRAWS = 400  # exact draw sets behind first_token_deviation's floor and p-value
+
+
 def first_token_deviation(target: LanguageModel, draft: LanguageModel | None, prompt_ids: list[int], *,
-                          samples: int, seed: int, **settings: Any) -> dict[str, float]:
+                          samples: int, seed: int, reference_draws: int = REFERENCE_DRAWS, **settings: Any) -> dict[str, float]:
     """TV between the empirical law of the first committed token over ``samples`` independent
     one-token decodings (one batch) and the warped target conditional at the prompt; ``noise``
-    is the mean TV of as many exact draws from that conditional (the estimator's floor: a value
-    near it means no deviation was detected). ``settings``: method, K, L, temperature, top_k."""
+    is the mean TV of ``reference_draws`` sets of as many exact draws from that conditional (the
+    estimator's floor) and ``p_value`` the share of those at or above the measured TV (with the
+    usual +1 in numerator and denominator): a small p-value is evidence of a deviation, a TV above
+    the mean floor alone is not (at 128 samples one exact set in a hundred lies 60% above it).
+    ``settings``: method, K, L, temperature, top_k."""
     from ..engine import generate_batch
 
     results = generate_batch(target, draft, [prompt_ids] * samples, max_new_tokens=1, seed=seed,
@@ -133,7 +139,8 @@ def first_token_deviation(target: LanguageModel, draft: LanguageModel | None, pr
     with torch.inference_mode():
         logits = target.forward(target.new_cache(1), torch.tensor([prompt_ids]), None, 1)[0, 0]  # [V]
     law = warp(logits.double(), settings.get("temperature", 1.0), settings.get("top_k")).numpy()  # [V]
-    empirical = np.bincount(first, minlength=law.size) / samples
-    draws = np.random.default_rng(seed).multinomial(samples, law / law.sum(), size=64) / samples  # [64, V]
-    return {"tv": float(0.5 * np.abs(empirical - law).sum()),
-            "noise": float(0.5 * np.abs(draws - law).sum(1).mean()), "samples": samples}
+    tv = float(0.5 * np.abs(np.bincount(first, minlength=law.size) / samples - law).sum())
+    draws = np.random.default_rng(seed).multinomial(samples, law / law.sum(), size=reference_draws) / samples  # [R, V]
+    reference = 0.5 * np.abs(draws - law).sum(1)  # [R]
+    return {"tv": tv, "noise": float(reference.mean()),
+            "p_value": float((1 + np.count_nonzero(reference >= tv)) / (1 + reference_draws)), "samples": samples}

@@ -25,7 +25,9 @@ def _num(value: Any, fmt: str = ".2f") -> str:
 def _deviation(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return "-"
-    return f"failed: {cell['error'].replace('|', '/')}" if "error" in cell else f"{cell['tv']:.3f} ({cell['noise']:.3f})"
+    if "error" in cell:
+        return f"failed: {cell['error'].replace('|', '/')}"
+    return f"{cell['tv']:.3f} ({cell['noise']:.3f}, p {cell['p_value']:.2g})"
 
 
 def _table(header: list[str], lines: list[list[str]]) -> str:
@@ -80,8 +82,10 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
             "ROUGE-L F against the `ar` completion of the same unit (exact methods give the level of "
             "two independent samples of the target). First-token TV: the law of the first committed "
             "token over many one-token decodings against the target's conditional at the prompt, "
-            "beside the TV of as many exact draws (the estimator's floor); inexact methods only.", "",
-            _table(["configuration", "exact", "ROUGE-L vs ar", "first-token TV (floor)", "OT fallback rate"],
+            "beside the mean TV of as many exact draws (the estimator's floor) and the p-value of the measured TV "
+            "among 400 such exact sets (small: a deviation; a TV above the floor with a large p is noise); "
+            "inexact methods only.", "",
+            _table(["configuration", "exact", "ROUGE-L vs ar", "first-token TV (floor, p)", "OT fallback rate"],
                    [[r["label"], "yes" if r["exact"] else "no", _ci(r.get("rouge_l_vs_ar")),
                      _deviation(deviation.get(r["label"])),
                      _num(r.get("ot_fallback_rate"), ".3f")] for r in spec]), "",
