@@ -172,7 +172,7 @@ def _final_tokens(
     """The correction or bonus token of every row [B], drawn by :func:`draftverify.rng.inverse_cdf`
     on ``uniform`` as the per-row verifiers draw it: from :func:`.token.correction_weights` of
     ``scale`` x T against D, or from T itself where ``bonus`` or where those weights have no mass (a
-    rejection of probability 0 reached by rounding: the per-row verifiers' ``residual_or_target``)."""
+    rejection of probability 0 reached by rounding: ``rng.categorical``'s fallback in the per-row verifiers)."""
     tokens = []
     # temporaries per entry: T, (p T,) D and the weights in float32, the cdf in float64
     for rows in _row_blocks(target_row.shape[0], target_probs.shape[1], target_probs.device, 24):
