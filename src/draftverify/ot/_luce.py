@@ -87,12 +87,15 @@ def _initial(system: LuceSystem) -> np.ndarray:
 
 def _newton_direction(parts, gradient: np.ndarray, free: np.ndarray) -> np.ndarray:
     """-H^{-1} grad on the free coordinates (0 elsewhere)."""
-    direction = np.zeros_like(gradient)
     if isinstance(parts, np.ndarray):  # dense exact Hessian
-        sub, rhs = parts[free][:, free], gradient[free]
+        everything = bool(free.all())  # the usual inner system: no submatrix to gather
+        sub, rhs = (parts, gradient) if everything else (parts[free][:, free], gradient[free])
         solution, info = lapack.dgesv(sub, rhs)[2:]  # LU solve (numpy.linalg.solve's checks cost 3x it here)
         if info != 0:  # singular (a degenerate system): least squares
             solution = np.linalg.lstsq(sub, rhs, rcond=1e-12)[0]
+        if everything:
+            return -solution
+        direction = np.zeros_like(gradient)
         direction[free] = -solution
         return direction
     direction = -_conjugate_gradient(parts, gradient, free, max_iter=4 * int(free.sum()) + 20)
@@ -115,7 +118,7 @@ def solve_luce(system: LuceSystem, tol: float, max_iter: int) -> tuple[np.ndarra
             break
         # a saturated token (share ~ 0 or 1) has a near-zero Hessian row and a Newton component of
         # 1e100 or more that no halving of the step tames: bound each component instead
-        direction = np.clip(_newton_direction(parts, gradient, free), -_MAX_STEP, _MAX_STEP)
+        direction = np.maximum(np.minimum(_newton_direction(parts, gradient, free), _MAX_STEP), -_MAX_STEP)  # np.clip's wrapper costs more
         slope = float(gradient @ direction)  # NaN if the direction has a NaN (the clip leaves no inf)
         if not slope < 0:  # not a descent direction, or not finite: steepest descent
             direction = -np.where(free, gradient, 0.0)

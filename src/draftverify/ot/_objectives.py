@@ -215,12 +215,10 @@ class _Enumerated:
             top = np.where(top > -np.inf, top, 0.0)  # a set none of whose tokens may receive anything
         logits -= top[:, None]
         shares = np.exp(logits, out=np.zeros(logits.shape), where=logits >= _LOG_TINY)  # [M, n (+1)] u_j / e^top, flushed
-        total = shares[:, 0]  # [M] (s + U(S)) / e^top
-        for column in columns:
-            total = total + shares[:, column]
-        # >= 1 when the set has a weight (its largest is e^0); a set with none has c_S = 0 up to
-        # rounding (Hall's condition on Theorem 6.2's totals) and counts as log 1 = 0, share 0
-        np.maximum(total, 1.0, out=total)
+        # [M] (s + U(S)) / e^top, >= 1 when the set has a weight (its largest is e^0); a set with
+        # none has c_S = 0 up to rounding (Hall's condition on Theorem 6.2's totals) and counts as
+        # log 1 = 0, share 0
+        total = np.maximum(np.add.reduce(shares, axis=1), 1.0)
         value = self.mass @ (top + np.log(total)) - float(self.system.required @ np.where(self.receives, alpha, 0.0))  # b . alpha, 0 * -inf = 0
         shares /= total[:, None]  # u_j / (s + U(S)) (and the residual's share)
         intake = np.bincount(self.flat_members, weights=(shares * self.mass[:, None]).ravel(), minlength=size + 2)[:size]
