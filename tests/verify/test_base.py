@@ -127,6 +127,21 @@ def test_validate_false_skips_value_passes_but_keeps_shape_checks():
             verifier.verify(*corrupt(kind))
 
 
+@pytest.mark.parametrize("name", SINGLE)
+def test_verify_trusted_is_verify_without_checks_unless_validation_was_asked_for(name):
+    tokens, draft, target = valid_inputs(length=4, seed=5)
+    tokens = torch.as_tensor(tokens).to(torch.int64)
+    draft, target = torch.as_tensor(draft), torch.as_tensor(target)
+    fast = get_verifier(name, validate=False)
+    for seed in range(5):  # same draws, same result as the checked call
+        checked = fast.verify(tokens, draft, target, torch.Generator().manual_seed(seed))
+        trusted = fast.verify_trusted(tokens, draft, target, torch.Generator().manual_seed(seed))
+        assert (checked.tokens, checked.num_accepted) == (trusted.tokens, trusted.num_accepted)
+    bad = [torch.as_tensor(a) for a in corrupt("not normalised")]
+    with pytest.raises(ValueError):  # validate=True: the value checks still run
+        get_verifier(name).verify_trusted(bad[0].to(torch.int64), bad[1], bad[2], torch.Generator())
+
+
 def test_result_is_frozen_and_package_exports_contract():
     result = get_verifier("sd").verify(*valid_inputs())
     with pytest.raises(Exception):

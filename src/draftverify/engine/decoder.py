@@ -202,7 +202,7 @@ class Decoder:
         k, results = self.config.drafts, []
         for r, p in enumerate(self.active):
             block = slice(r * k, (r + 1) * k)
-            result = self.verifier.verify(
+            result = self.verifier.verify_trusted(
                 draft_tokens[block], draft_probs[block], target_probs[block], self.generator, self.states[p]
             )
             accepted = result.tokens[: result.num_accepted]

@@ -204,7 +204,7 @@ class MultiDraftBlockVerification(Verifier):
         # the inputs were validated on entry (in their own dtype's tolerance) and the selection laws
         # are distributions by construction: validating the float64 copies again would apply the
         # float64 tolerance to float32 rows
-        result = get_verifier("bv", validate=False).verify(
-            draft_tokens[lead : lead + 1], laws[None], target_probs[lead : lead + 1].to(torch.float64), generator=generator
+        result = get_verifier("bv", validate=False).verify_trusted(
+            draft_tokens[lead : lead + 1], laws[None], target_probs[lead : lead + 1].to(torch.float64), generator
         )
         return VerifyResult(tokens=result.tokens, num_accepted=result.num_accepted, draft_index=lead)
