@@ -74,7 +74,8 @@ class Verifier(ABC):
     ranges are still checked, the passes over the values (finite, non-negative, rows summing to
     one, drafted tokens with positive draft probability) are skipped. ``multidraft-bv`` turns it
     off for its inner ``bv`` call; the decoding engine turns it off too (its distributions come from
-    ``probs.warp``) unless the method asks for it (``"sd(validate=true)"``).
+    ``probs.warp``) unless the method asks for it (``"sd(validate=true)"``). Both call
+    :meth:`verify_trusted`, which also skips the layout checks of arrays they built themselves.
 
     ``strategy`` tells the decoding engine how to run one step for this verifier (one of
     :data:`STRATEGIES`): ``"parallel"`` drafts K x L tokens, scores them all in one target forward
