@@ -68,6 +68,11 @@ def train_pair(
         config = PipelineConfig(train=train, distill=distill, command=command)
         output = output or _ASSETS
     with progress_bar(ctx) as progress:
-        progress.add_task("training the pair", total=None)
-        run_pipeline(output, workdir, config)
+        task = progress.add_task("training the pair", total=None)
+
+        def log(line: str) -> None:  # each line goes above the bar, which shows the latest (its step count)
+            print(line)
+            progress.update(task, description=f"training the pair: {line[:72]}")
+
+        run_pipeline(output, workdir, config, log)
     return 0
