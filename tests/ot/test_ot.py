@@ -135,6 +135,29 @@ def test_generating_function_matches_enumeration():
         assert np.abs(_objectives.hessian_product(quadrature[3], vector) - exact[3] @ vector).sum() < 1e-6
 
 
+def test_dense_evaluation_matches_enumeration():
+    """_Dense (slack systems, direct in u) equals _Enumerated (log space): value, gradient, Hessian."""
+    from draftverify.ot import _luce, _objectives
+
+    rng = np.random.default_rng(4)
+    for n, size in [(2, 10), (3, 6), (2, 3), (1, 5)]:
+        draft = rng.dirichlet(np.ones(size)) * 0.7
+        required = rng.dirichlet(np.ones(size)) * 0.4
+        required[0] = 0.0  # a token that must receive nothing: alpha = -inf
+        system = _luce.LuceSystem(draft, required, 0.0, True, n)
+        assert isinstance(_objectives.evaluator(system), _objectives._Dense)
+        for scale in (0.5, 3.0, 60.0):
+            alpha = rng.normal(size=size) * scale
+            alpha[0] = -np.inf
+            alpha = np.minimum(alpha, _objectives.ALPHA_MAX)
+            with np.errstate(all="raise", under="ignore"):
+                dense = _objectives._Dense(system).evaluate(alpha, True)
+            exact = _objectives._Enumerated(system).evaluate(alpha, True)
+            assert dense[0] == pytest.approx(exact[0], rel=1e-12, abs=1e-12)
+            for a, b in zip(dense[1:], exact[1:]):
+                np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+
+
 def test_large_support_uses_the_generating_function_and_converges():
     rng = np.random.default_rng(5)
     logits = -1.2 * np.log(np.arange(1, 401)) + 0.5 * rng.standard_normal(400)
