@@ -172,6 +172,11 @@ class _Generating:
         return value, gradient, intake, (intake - second + diagonal_r, features, hankel)
 
 
+def _set_masses(groups: list[np.ndarray], system: "LuceSystem") -> np.ndarray:
+    """c_S of every served set, groups (sets of size 1, 2, ...) one after another."""
+    return np.concatenate([set_masses(g, system.draft, system.background, system.num_drafts) for g in groups])
+
+
 @functools.lru_cache(maxsize=64)
 def _set_structure(size: int, width: int, slack: bool) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """The served sets of ``size`` tokens (sizes 1..width); the same padded to ``width`` with the
@@ -198,9 +203,8 @@ class _Enumerated:
         self.flat_members = self.members.ravel()  # [M * (width + slack)]
         # log weights: the tokens', then the dummy's (u = 0) and the residual's (log s = 0)
         self.logits = np.concatenate((np.zeros(size), [-np.inf, 0.0] if system.slack else [-np.inf]))
-        self.mass = np.concatenate([set_masses(g, system.draft, system.background, system.num_drafts) for g in groups])
+        self.mass = _set_masses(groups, system)
         self.root_mass = np.sqrt(self.mass)
-        self.receives = system.required > 0
 
     def evaluate(self, alpha: np.ndarray, hessian: bool):
         with np.errstate(under="ignore"):  # see the module docstring: underflow to 0 is the right value
@@ -222,7 +226,7 @@ class _Enumerated:
         # none has c_S = 0 up to rounding (Hall's condition on Theorem 6.2's totals) and counts as
         # log 1 = 0, share 0
         total = np.maximum(np.add.reduce(shares, axis=1), 1.0)
-        value = self.mass @ (top + np.log(total)) - float(self.system.required @ np.where(self.receives, alpha, 0.0))  # b . alpha, 0 * -inf = 0
+        value = self.mass @ (top + np.log(total)) - _dot(self.system.required, alpha)  # log(s + U(S)): shifted log-sum-exp
         shares /= total[:, None]  # u_j / (s + U(S)) (and the residual's share)
         intake = np.bincount(self.flat_members, weights=(shares * self.mass[:, None]).ravel(), minlength=size + 2)[:size]
         matrix = None
@@ -260,7 +264,7 @@ class _Dense:
         width = min(size, system.num_drafts)
         groups, _, _ = _set_structure(size, width, True)
         self.membership = _membership(size, width)  # [M, J]
-        self.mass = np.concatenate([set_masses(g, system.draft, system.background, system.num_drafts) for g in groups])
+        self.mass = _set_masses(groups, system)
 
     def evaluate(self, alpha: np.ndarray, hessian: bool):
         with np.errstate(under="ignore"):  # see the module docstring: underflow to 0 is the right value
