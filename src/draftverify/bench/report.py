@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .compare import format_table
+from .probes import REFERENCE_DRAWS
 
 __all__ = ["markdown", "console_table"]
 
@@ -83,7 +84,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
             "two independent samples of the target). First-token TV: the law of the first committed "
             "token over many one-token decodings against the target's conditional at the prompt, "
             "beside the mean TV of as many exact draws (the estimator's floor) and the p-value of the measured TV "
-            "among 400 such exact sets (small: a deviation; a TV above the floor with a large p is noise); "
+            f"among {REFERENCE_DRAWS} such exact sets (small: a deviation; a TV above the floor with a large p is noise); "
             "inexact methods only.", "",
             _table(["configuration", "exact", "ROUGE-L vs ar", "first-token TV (floor, p)", "OT fallback rate"],
                    [[r["label"], "yes" if r["exact"] else "no", _ci(r.get("rouge_l_vs_ar")),
