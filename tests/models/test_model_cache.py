@@ -56,6 +56,22 @@ def test_reindex_repeats_and_drops_rows():
     assert cache.batch_size == 1 and cache.row(0) == [1, 2]
 
 
+def test_lists_and_tensors_give_the_same_crop_reindex_and_keep_draft():
+    """The engine passes plain lists (no tensor op when nothing moves); users may pass tensors."""
+    rows = []
+    for as_list in (False, True):
+        arg = (lambda values: values) if as_list else torch.tensor
+        model = Recorder()
+        cache = model.new_cache(2)
+        model.forward(cache, torch.tensor([[1, 2, 3], [4, 5, 6]]))
+        model.crop(cache, arg([3, 1]))
+        model.reindex(cache, arg([1, 0, 0]))
+        model.score_drafts(cache, torch.tensor([[7], [8], [9]]), None, torch.tensor([[[10, 11]], [[12, 13]], [[14, 15]]]))
+        model.keep_draft(cache, arg([0, 0, 0]), arg([2, 0, 1]))
+        rows.append([cache.row(b) for b in range(cache.batch_size)])
+    assert rows[0] == rows[1] == [[4, 7, 10, 11], [1, 2, 3, 8], [1, 2, 3, 9, 14]]
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -63,6 +79,8 @@ def test_reindex_repeats_and_drops_rows():
         lambda m, c: m.forward(c, torch.tensor([[1, 2]])),  # B = 1, cache has 2 rows
         lambda m, c: m.forward(c, torch.tensor([[1], [2]]), num_logits=2),  # num_logits > S
         lambda m, c: m.crop(c, torch.tensor([1, 0])),  # longer than held
+        lambda m, c: m.crop(c, [0]),  # one length for two rows
+        lambda m, c: m.crop(c, torch.tensor(0)),  # not [B]
         lambda m, c: m.new_cache(0),
     ],
 )

@@ -149,11 +149,11 @@ class Decoder:
     def _parallel_step(self) -> list[RowStep]:
         cfg, k, length = self.config, self.config.drafts, self.config.length
         rows = len(self.active)
-        expand = torch.arange(rows).repeat_interleave(k)  # [R K]: prompt row of each draft row
         start = time.perf_counter()
         chunk, valid = pending_tokens(self.committed, self.draft_held, self.active)
         seen = [self.draft_held[p] + pending_count(chunk, valid, r) + length - 1 for r, p in enumerate(self.active)]
         if k > 1:
+            expand = torch.arange(rows).repeat_interleave(k)  # [R K]: prompt row of each draft row
             self.draft.reindex(self.draft_cache, expand)
             chunk, valid = chunk[expand], None if valid is None else valid[expand]
         draft_tokens = torch.empty(rows * k, length, dtype=torch.int64)  # [R K, L]
@@ -189,8 +189,8 @@ class Decoder:
                       verify_seconds=verify_done - target_done)
             for res in results
         ]
-        self.target.keep_draft(self.target_cache, torch.tensor([res.draft_index for res in results]),
-                               torch.tensor([res.num_accepted for res in results]))
+        self.target.keep_draft(self.target_cache, [res.draft_index for res in results],
+                               [res.num_accepted for res in results])
         for r, p in enumerate(self.active):
             self.draft_held[p] = seen[r]
             self.target_held[p] = len(self.committed[p]) + results[r].num_accepted
@@ -200,13 +200,17 @@ class Decoder:
     def _verify_rows(self, draft_tokens, draft_probs, target_probs) -> list[_Verified]:
         """Each prompt's K rows through the verifier (``[R K, L]``, ``[R K, L, V]``, ``[R K, L + 1, V]``)."""
         k, results = self.config.drafts, []
+        drafted = draft_tokens.tolist()  # [R K][L]
         for r, p in enumerate(self.active):
-            block = slice(r * k, (r + 1) * k)
-            result = self.verifier.verify_trusted(
-                draft_tokens[block], draft_probs[block], target_probs[block], self.generator, self.states[p]
-            )
+            if len(self.active) == 1:  # the arrays are the row's own: no slicing
+                result = self.verifier.verify_trusted(draft_tokens, draft_probs, target_probs, self.generator, self.states[p])
+            else:
+                block = slice(r * k, (r + 1) * k)
+                result = self.verifier.verify_trusted(
+                    draft_tokens[block], draft_probs[block], target_probs[block], self.generator, self.states[p]
+                )
             accepted = result.tokens[: result.num_accepted]
-            if accepted != draft_tokens[r * k + result.draft_index, : result.num_accepted].tolist():
+            if accepted != drafted[r * k + result.draft_index][: result.num_accepted]:
                 raise ValueError(f"{self.config.name}: accepted tokens are not a prefix of draft {result.draft_index}")
             self.states[p] = result.state
             results.append(_Verified(result.tokens, result.num_accepted, result.draft_index))
@@ -238,19 +242,18 @@ class Decoder:
             if reason is None:
                 survivors.append(r)
         self.active = [self.active[r] for r in survivors]
-        self._keep(self.target, self.target_cache, self.target_held, torch.tensor(survivors, dtype=torch.int64))
+        self._keep(self.target, self.target_cache, self.target_held, survivors)
         if self.draft_cache is not None:
-            rows = torch.tensor([draft_rows[r] for r in survivors], dtype=torch.int64)
-            self._keep(self.draft, self.draft_cache, self.draft_held, rows)
+            self._keep(self.draft, self.draft_cache, self.draft_held, [draft_rows[r] for r in survivors])
         return steps
 
-    def _keep(self, model: LanguageModel, cache: Cache, held: list[int], rows: torch.Tensor) -> None:
+    def _keep(self, model: LanguageModel, cache: Cache, held: list[int], rows: list[int]) -> None:
         if not self.active:
             return
         model.reindex(cache, rows)
         for p in self.active:  # a cache never holds the last committed token
             held[p] = min(held[p], len(self.committed[p]) - 1)
-        model.crop(cache, torch.tensor([held[p] for p in self.active]))
+        model.crop(cache, [held[p] for p in self.active])
 
     def check_caches(self) -> None:
         """Raise ``AssertionError`` unless every cache row holds the committed prefix it should:

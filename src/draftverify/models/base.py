@@ -168,33 +168,40 @@ class LanguageModel(ABC):
         cache.scoring = (num_drafts, length)
         return logits.reshape(rows, num_drafts, length + 1, -1)
 
-    def keep_draft(self, cache: Cache, choice: torch.Tensor, accepted: torch.Tensor) -> None:
+    def keep_draft(self, cache: Cache, choice: torch.Tensor | list[int], accepted: torch.Tensor | list[int]) -> None:
         """After :meth:`score_drafts`: row b keeps its pending tokens and the first ``accepted[b]``
-        tokens of draft ``choice[b]``; the cache has B rows again."""
+        tokens of draft ``choice[b]``; the cache has B rows again. ``choice`` and ``accepted`` are
+        [B] tensors or lists (the engine passes lists: no tensor op when nothing moves)."""
         if cache.scoring is None:
             raise ValueError("keep_draft without score_drafts")
         num_drafts, length = cache.scoring
         cache.scoring = None
         if num_drafts > 1:
-            self.reindex(cache, torch.arange(choice.shape[0]) * num_drafts + choice)
-        self.crop(cache, self.lengths(cache) - length + accepted)
+            self.reindex(cache, torch.arange(len(choice)) * num_drafts + torch.as_tensor(choice))
+        accepted = accepted if isinstance(accepted, list) else accepted.tolist()
+        self.crop(cache, [h - length + a for h, a in zip(cache.held, accepted)])
 
-    def reindex(self, cache: Cache, rows: torch.Tensor) -> None:
-        """Keep rows ``rows`` [B'] of the cache, in that order (repeats allowed)."""
-        rows = rows.to(torch.int64)
-        order = rows.tolist()
+    def reindex(self, cache: Cache, rows: torch.Tensor | list[int]) -> None:
+        """Keep rows ``rows`` [B'] of the cache, in that order (repeats allowed); a tensor or a list."""
+        order = rows if isinstance(rows, list) else rows.tolist()
         if order == list(range(cache.batch_size)):
             return
+        rows = torch.tensor(order, dtype=torch.int64)
         cache.select_rows(rows, order)
         self._reindex(cache, rows)
         self._drop_empty_columns(cache)
 
-    def crop(self, cache: Cache, lengths: torch.Tensor) -> None:
-        """Keep the first ``lengths[b]`` tokens of row b (it must hold at least that many)."""
-        lengths = torch.as_tensor(lengths, dtype=torch.int64)
-        wanted = lengths.tolist() if lengths.dim() == 1 else None
-        if wanted is None or len(wanted) != cache.batch_size or not all(0 <= w <= h for w, h in zip(wanted, cache.held)):
-            raise ValueError(f"crop: lengths {lengths.tolist()} not within the rows' lengths {cache.held}")
+    def crop(self, cache: Cache, lengths: torch.Tensor | list[int]) -> None:
+        """Keep the first ``lengths[b]`` tokens of row b (it must hold at least that many);
+        ``lengths`` [B] is a tensor or a list."""
+        if not isinstance(lengths, list):
+            lengths = torch.as_tensor(lengths, dtype=torch.int64)
+            lengths = lengths.tolist() if lengths.dim() == 1 else lengths
+        if not isinstance(lengths, list) or len(lengths) != cache.batch_size or not all(
+                0 <= w <= h for w, h in zip(lengths, cache.held)):
+            raise ValueError(f"crop: lengths {lengths if isinstance(lengths, list) else lengths.tolist()} not "
+                             f"within the rows' lengths {cache.held}")
+        wanted = lengths
         if wanted == cache.held:
             return
         if not cache.holes and min(wanted) == max(wanted):  # whole rows of one length: move the width
@@ -202,7 +209,7 @@ class LanguageModel(ABC):
             self._set_width(cache, wanted[0])
             return
         valid = cache.valid
-        valid &= torch.cumsum(valid, 1) <= lengths[:, None]  # in place: [B, T]
+        valid &= torch.cumsum(valid, 1) <= torch.tensor(wanted)[:, None]  # in place: [B, T]
         cache.tokens.masked_fill_(~valid, 0)
         cache.held = wanted
         self._drop_empty_columns(cache)

@@ -183,13 +183,14 @@ class TransformersModel(LanguageModel):
         index = torch.cat([torch.zeros(num_drafts, 1, dtype=torch.int64), 1 + k * length + torch.arange(length)], 1)
         return logits[:, index]  # [B, K, L + 1, V]
 
-    def keep_draft(self, cache: Cache, choice: torch.Tensor, accepted: torch.Tensor) -> None:
+    def keep_draft(self, cache: Cache, choice: torch.Tensor | list[int], accepted: torch.Tensor | list[int]) -> None:
         """K > 1: move the accepted tokens of the chosen draft (their keys and values) to the slots
         right after the pending tokens, then drop every other draft slot."""
         if cache.scoring is None or cache.scoring[0] == 1:
             return super().keep_draft(cache, choice, accepted)
         num_drafts, length = cache.scoring
         cache.scoring = None
+        choice, accepted = torch.as_tensor(choice), torch.as_tensor(accepted)
         start = cache.width - num_drafts * length  # first draft slot
         rows, steps = torch.nonzero(torch.arange(length)[None, :] < accepted[:, None], as_tuple=True)
         source = start + choice[rows] * length + steps
