@@ -97,7 +97,7 @@ def warp(
     if temperature == 0:
         index = logits.argmax(dim=-1, keepdim=True)
         return torch.zeros_like(logits).scatter_(-1, index, 1.0)
-    scores = logits / temperature
+    scores = logits / temperature if temperature != 1 else logits  # x / 1 == x: skip the pass over V
     if top_k is not None and top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]  # [..., 1]
         scores = scores.masked_fill(scores < kth, float("-inf"))
