@@ -287,8 +287,8 @@ def bv_kernel(
     Suresh, "Block Verification Accelerates Speculative Decoding" (ICLR 2025, arXiv 2403.10444),
     Algorithm 2 (seed 004 swaps p and q: we say target and draft).
 
-    p_0 = 1, p_i = min(1, p_{i-1} T(x_i | x^{i-1}) / D(x_i | x^{i-1})), in log space as the
-    reflected walk S_i - max_{j<=i} S_j; h_i = Z_i / (Z_i + 1 - p_i) for i < L with
+    p_0 = 1, p_i = min(1, p_{i-1} T(x_i | x^{i-1}) / D(x_i | x^{i-1})), the clipped product in
+    float64 as the per-row verifier forms it (p_i T is then formed in float32 as it does); h_i = Z_i / (Z_i + 1 - p_i) for i < L with
     Z_i = sum_x (p_i T(x | x^i) - D(x | x^i))_+ (1 when the denominator is 0), h_L = p_L; coin i
     succeeds when u_{i-1} < h_i; tau = the last success; then the bonus token from T(. | x^L) if
     tau = L, else a correction token from norm((p_tau T(. | x^tau) - D(. | x^tau))_+).
@@ -301,30 +301,32 @@ def bv_kernel(
     x = draft_token_ids.to(torch.int64)[ragged.draft_index]  # [B, max_L]
     draft_at = draft_probs[ragged.draft_index, x]  # [B, max_L]
     target_at = target_probs[ragged.target_index, x]  # [B, max_L]
-    log_ratio = torch.where(ragged.valid, torch.log(target_at) - torch.log(draft_at), 0.0)  # [B, max_L]
-    walk = F.pad(torch.cumsum(log_ratio, dim=1), (1, 0))  # [B, max_L + 1]  S_0..S_L
-    p = torch.exp(walk - torch.cummax(walk, dim=1).values)  # [B, max_L + 1]  p_0..p_L
+    ratio = torch.where(ragged.valid, target_at / draft_at, 1.0).to(torch.float64)  # [B, max_L]
+    p = torch.ones(ratio.shape[0], max_draft_len + 1, dtype=torch.float64, device=ratio.device)  # p_0..p_L
+    for i in range(max_draft_len):
+        p[:, i + 1] = torch.clamp(p[:, i] * ratio[:, i], max=1.0)
+    scale = p.to(target_probs.dtype)  # p_i as the per-row verifier's products p_i T see it (a float scalar)
 
     # Z_i at the positions i = 1..max_L - 1 that coins test below L_b (padding is masked below)
     inner = p[:, 1:max_draft_len]  # [B, max_L - 1]  p_i
     z = _excess_mass(
         target_probs, draft_probs, ragged.target_index[:, 1:].flatten(), ragged.draft_index[:, 1:].flatten(),
-        inner.flatten(),
+        scale[:, 1:max_draft_len].flatten(),
     ).view_as(inner).to(torch.float64)  # [B, max_L - 1]
-    denominator = (z + 1.0) - inner.to(torch.float64)
+    denominator = (z + 1.0) - inner
     h = torch.where(denominator > 0, z / denominator, 1.0)  # [B, max_L - 1]  h_i, i < L_b
     # h_i <= p_i (Z_i <= p_i); the per-row verifier fails a coin whose uniform is >= p_i without
     # computing Z_i: testing min(p_i, h_i) here draws the same tokens bit for bit
-    h = torch.minimum(h, inner.to(torch.float64))
+    h = torch.minimum(h, inner)
 
     # coin c = i - 1 tests position i: h_i for i < L_b, p_L for i = L_b
     is_last = torch.arange(1, max_draft_len + 1, device=p.device) == ragged.lengths[:, None]  # [B, max_L]
-    coin_prob = torch.where(is_last, p[:, 1:].to(torch.float64), F.pad(h, (0, 1), value=1.0))  # [B, max_L]
+    coin_prob = torch.where(is_last, p[:, 1:], F.pad(h, (0, 1), value=1.0))  # [B, max_L]
     success = (uniforms[ragged.target_index] < coin_prob) & ragged.valid
     tau = last_success(success)  # [B]
 
     final = _final_tokens(
         target_probs, draft_probs, ragged.block_starts + tau, ragged.draft_entry(tau, num_tokens),
-        tau == ragged.lengths, uniforms[ragged.bonus_index], 0.0, scale=p.gather(1, tau[:, None]).squeeze(1),
+        tau == ragged.lengths, uniforms[ragged.bonus_index], 0.0, scale=scale.gather(1, tau[:, None]).squeeze(1),
     )  # [B]  correction (from (p_tau T - D)_+) or bonus token
     return _assemble(x, tau, final)
