@@ -27,6 +27,18 @@ import torch
 __all__ = ["Cache", "LanguageModel", "HistoryModel"]
 
 
+_COUNT = torch.arange(1024)  # 0, 1, 2, ...: positions are slices of it (no tensor made per call)
+
+
+def _counting(stop: int) -> torch.Tensor:
+    """``arange(n)`` for some n >= ``stop``, shared and never written (positions are read-only)."""
+    global _COUNT
+    count = _COUNT
+    if stop > count.numel():
+        count = _COUNT = torch.arange(max(stop, 2 * count.numel()))
+    return count
+
+
 class Cache:
     """The slot table of a batch plus the backend's own state (a KV cache, or None).
 
@@ -88,11 +100,11 @@ class Cache:
         self.reserve(size)
         self.width = start + size
         if valid is None:
-            self.tokens[:, start:] = tokens
-            self.valid[:, start:] = True
+            self._tokens.narrow(1, start, size).copy_(tokens)
+            self._valid.narrow(1, start, size).fill_(True)
         else:
-            self.tokens[:, start:] = tokens.masked_fill(~valid, 0)
-            self.valid[:, start:] = valid
+            self._tokens.narrow(1, start, size).copy_(tokens.masked_fill(~valid, 0))
+            self._valid.narrow(1, start, size).copy_(valid)
         self.held = [h + n for h, n in zip(self.held, counts)]
 
     def select_rows(self, rows: torch.Tensor, order: list[int]) -> None:
@@ -137,7 +149,7 @@ class LanguageModel(ABC):
             raise ValueError(f"sequence longer than the model's context of {self.max_length} tokens")
         start = cache.width
         if valid is None and not cache.holes:  # every row holds `start` tokens
-            positions = torch.arange(start, start + size).expand(rows, size)  # [B, S]
+            positions = _counting(start + size).narrow(0, start, size).expand(rows, size)  # [B, S], read-only
         else:
             held = torch.tensor(cache.held)[:, None]  # [B, 1]
             steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)  # [B, S] or [S]
