@@ -206,24 +206,25 @@ class LanguageModel(ABC):
     def crop(self, cache: Cache, lengths: torch.Tensor | list[int]) -> None:
         """Keep the first ``lengths[b]`` tokens of row b (it must hold at least that many);
         ``lengths`` [B] is a tensor or a list."""
-        if not isinstance(lengths, list):
+        if isinstance(lengths, list):
+            lengths = list(lengths)  # the table keeps it as ``held``: never the caller's list
+        else:
             lengths = torch.as_tensor(lengths, dtype=torch.int64)
-            lengths = lengths.tolist() if lengths.dim() == 1 else lengths
-        if not isinstance(lengths, list) or len(lengths) != cache.batch_size or not all(
-                0 <= w <= h for w, h in zip(lengths, cache.held)):
-            raise ValueError(f"crop: lengths {lengths if isinstance(lengths, list) else lengths.tolist()} not "
-                             f"within the rows' lengths {cache.held}")
-        wanted = lengths
-        if wanted == cache.held:
+            if lengths.dim() != 1:
+                raise ValueError(f"crop: lengths must have shape [B], got {tuple(lengths.shape)}")
+            lengths = lengths.tolist()
+        if len(lengths) != cache.batch_size or not all(0 <= w <= h for w, h in zip(lengths, cache.held)):
+            raise ValueError(f"crop: lengths {lengths} not within the rows' lengths {cache.held}")
+        if lengths == cache.held:
             return
-        if not cache.holes and min(wanted) == max(wanted):  # whole rows of one length: move the width
-            cache.held = wanted
-            self._set_width(cache, wanted[0])
+        if not cache.holes and min(lengths) == max(lengths):  # whole rows of one length: move the width
+            cache.held = lengths
+            self._set_width(cache, lengths[0])
             return
         valid = cache.valid
-        valid &= torch.cumsum(valid, 1) <= torch.tensor(wanted)[:, None]  # in place: [B, T]
+        valid &= torch.cumsum(valid, 1) <= torch.tensor(lengths)[:, None]  # in place: [B, T]
         cache.tokens.masked_fill_(~valid, 0)
-        cache.held = wanted
+        cache.held = lengths
         self._drop_empty_columns(cache)
 
     def lengths(self, cache: Cache) -> torch.Tensor:

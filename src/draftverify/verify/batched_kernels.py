@@ -288,8 +288,8 @@ def bv_kernel(
     Algorithm 2 (seed 004 swaps p and q: we say target and draft).
 
     p_0 = 1, p_i = min(1, p_{i-1} T(x_i | x^{i-1}) / D(x_i | x^{i-1})), the clipped product in
-    float64 as the per-row verifier forms it (p_i T is then formed in float32 as it does); h_i = Z_i / (Z_i + 1 - p_i) for i < L with
-    Z_i = sum_x (p_i T(x | x^i) - D(x | x^i))_+ (1 when the denominator is 0), h_L = p_L; coin i
+    float64 as the per-row verifier forms it (and p_i T in the probabilities' dtype, as its scalar
+    product does); h_i = Z_i / (Z_i + 1 - p_i) for i < L with Z_i = sum_x (p_i T(x | x^i) - D(x | x^i))_+ (1 when the denominator is 0), h_L = p_L; coin i
     succeeds when u_{i-1} < h_i; tau = the last success; then the bonus token from T(. | x^L) if
     tau = L, else a correction token from norm((p_tau T(. | x^tau) - D(. | x^tau))_+).
 

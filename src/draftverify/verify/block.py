@@ -66,7 +66,8 @@ class BlockVerification(Verifier):
     The clipped product runs in float64 on the host, one multiplication and one min per position,
     from the L ratios T/D (in the probabilities' dtype): four tensor ops in all, where the log-space
     walk S_i - max_{j <= i} S_j took eleven, each a fixed cost in the decoding loop. Clipping at 1
-    every step keeps p_i in [0, 1], so the product neither overflows nor loses more than the walk.
+    at every step keeps each partial product in [0, 1] (no overflow), and float64 keeps more
+    digits than the float32 walk did.
     """
 
     name = "bv"
