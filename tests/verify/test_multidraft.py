@@ -80,6 +80,44 @@ def test_kseq_acceptance_closed_form_and_guarantee(num_drafts):
     assert _acceptance(get_verifier("ot", solver="maxflow-cs"), target, draft, num_drafts) == pytest.approx(best, abs=1e-9)
 
 
+def _bisected_rho(target, draft, k, steps=200):
+    """The plain bisection over [1, K] with the full sum (the solver before the sorted ratios)."""
+    def gap(rho):
+        beta = np.minimum(draft, target / rho).sum()
+        return 1 - (1 - beta) ** k - rho * beta
+    if gap(1.0) <= 0:
+        return 1.0
+    low, high = 1.0, float(k)
+    for _ in range(steps):
+        middle = 0.5 * (low + high)
+        low, high = (low, middle) if gap(middle) <= 0 else (middle, high)
+    return high
+
+
+@pytest.mark.parametrize("vocab", [2, 5, 300, 8192])
+def test_kseq_rho_on_sorted_ratios_matches_a_plain_bisection(vocab):
+    generator = np.random.default_rng(vocab)
+    cases = []
+    for trial in range(12):
+        logits = 3 * generator.standard_normal(vocab)
+        target = np.exp(logits - logits.max())
+        draft = target * np.exp(generator.choice([0.3, 1.0, 3.0]) * generator.standard_normal(vocab))
+        if trial % 3 == 1:
+            draft[generator.integers(vocab)] = 0.0  # tokens the draft never proposes
+        if trial % 3 == 2:
+            target[generator.integers(vocab)] = 0.0
+        cases.append((target / target.sum(), draft / draft.sum(), int(generator.integers(2, 9))))
+    for target, draft, k in cases:
+        rho = float(kseq_rho(target, draft, k))
+        beta = np.minimum(draft, target / rho).sum()
+        assert 1 - (1 - beta) ** k <= rho * beta  # the feasible side under the full sum
+        assert abs(1 - (1 - beta) ** k - rho * beta) < 1e-12 or rho == 1.0  # a root
+        assert rho == pytest.approx(_bisected_rho(target, draft, k), rel=1e-3)
+    # leading axes: each row as if alone
+    targets, drafts = np.stack([c[0] for c in cases[:4]]), np.stack([c[1] for c in cases[:4]])
+    np.testing.assert_array_equal(kseq_rho(targets, drafts, 3), [float(kseq_rho(t, d, 3)) for t, d in zip(targets, drafts)])
+
+
 def test_kseq_rho_is_the_theorys_and_exactly_one_when_draft_equals_target():
     from draftverify import theory
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..verify.multidraft import kseq_rho as bisect_kseq_rho
+from ..verify.multidraft import kseq_rho as solve_kseq_rho
 from . import _validate
 
 __all__ = [
@@ -41,13 +41,13 @@ def kseq_beta(target_probs, draft_probs, rho) -> np.ndarray:
 
 def kseq_rho(target_probs, draft_probs, num_drafts) -> np.ndarray:
     """The K-SEQ scale rho* in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho) (Sun et al.
-    2023; seed 004 section 3), by bisection, vectorised over leading axes.
+    2023; seed 004 section 3), vectorised over leading axes.
 
-    The bisection is the verifier's own (:func:`draftverify.verify.multidraft.kseq_rho`, on the
+    The solver is the verifier's own (:func:`draftverify.verify.multidraft.kseq_rho`, on the
     feasible side rho >= rho*); here the inputs are validated first.
     """
     target, draft = _validate.distribution_pair(target_probs, draft_probs)
-    return bisect_kseq_rho(target, draft, int(_num_drafts(num_drafts)))
+    return solve_kseq_rho(target, draft, int(_num_drafts(num_drafts)))
 
 
 def kseq_acceptance(target_probs, draft_probs, num_drafts) -> np.ndarray:

@@ -46,33 +46,74 @@ def multi_step(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_pro
     return VerifyResult(tokens=accepted + [bonus], num_accepted=length, draft_index=lead)
 
 
-_BISECTION_STEPS = 80  # [1, K] halved 80 times: below float64 resolution for any K < 2^20
-
-
 def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarray:
     """The K-SEQ scale rho* in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) =
-    sum_x min(D(x), T(x) / rho) (Sun et al. 2023, SpecTr; seed 004 section 3), by bisection,
-    vectorised over the leading axes of ``[..., V]`` float64 arrays (unchecked: validated callers
-    only; :func:`draftverify.theory.kseq_rho` checks its inputs and calls this).
+    sum_x min(D(x), T(x) / rho) (Sun et al. 2023, SpecTr; seed 004 section 3), vectorised over the
+    leading axes of ``[..., V]`` float64 arrays (unchecked: validated callers only;
+    :func:`draftverify.theory.kseq_rho` checks its inputs and calls this).
 
-    1 - (1 - beta)^K is non-increasing and rho beta non-decreasing in rho, so the difference has
-    one sign change in [1, K]. The returned rho is on the feasible side (rho >= rho*, where
-    1 - (1 - beta)^K <= rho beta), as the general residual below needs; rho = 1 exactly when it is
-    feasible (D = T), so K-SEQ then accepts every candidate.
+    1 - (1 - beta)^K is non-increasing and rho beta non-decreasing in rho, so the difference g has
+    one sign change in [1, K]. Between two consecutive likelihood ratios T(x) / D(x), beta(rho) =
+    A + B / rho with A the draft mass of the tokens whose ratio is at least rho and B the target mass
+    of the others: sorting the ratios once gives g at every ratio inside (1, K) in a few passes over
+    V, hence the segment holding the root, where a bisection on the closed form runs in floats (no
+    pass over V per step: the bisection over [1, K] with the full sum took 80 of them). The returned
+    rho is on the feasible side under the full sum (rho >= rho*, 1 - (1 - beta)^K <= rho beta), as
+    the general residual below needs: a closed-form root that rounding leaves infeasible is moved up
+    in steps that double from 2^-44 rho, up to K, which 1 - (1 - beta)^K <= K beta makes feasible
+    (a rounding excess at K is left, as the bisection did). rho = 1 exactly when it is feasible
+    (D = T), so K-SEQ then accepts every candidate.
     """
-    low = np.ones(target.shape[:-1])
-    high = np.full(target.shape[:-1], float(num_drafts))
+    k = float(num_drafts)
 
-    def excess(rho: np.ndarray) -> np.ndarray:
+    def excess(rho: np.ndarray) -> np.ndarray:  # g with the full sum, as the verifier forms beta
         beta = np.minimum(draft, target / rho[..., None]).sum(axis=-1)
         return 1 - (1 - beta) ** num_drafts - rho * beta
 
-    for _ in range(_BISECTION_STEPS):
-        middle = 0.5 * (low + high)
-        feasible = excess(middle) <= 0
-        high = np.where(feasible, middle, high)
-        low = np.where(feasible, low, middle)
-    return np.where(excess(low) <= 0, low, high)
+    ratio = np.divide(target, draft, out=np.full(target.shape, np.inf), where=draft > 0)  # T / D, inf where D = 0
+    order = np.argsort(ratio, axis=-1)
+    ratio = np.take_along_axis(ratio, order, -1)  # [..., V] ascending
+    zero = np.zeros(target.shape[:-1] + (1,))
+    target_below = np.concatenate([zero, np.cumsum(np.take_along_axis(target, order, -1), -1)], -1)  # [..., V + 1]
+    draft_below = np.concatenate([zero, np.cumsum(np.take_along_axis(draft, order, -1), -1)], -1)
+    draft_total = draft_below[..., -1:]
+    # g at each ratio inside (1, K), the tokens before it below (T / rho), the rest above (D)
+    inside = (ratio > 1) & (ratio < k)
+    at = np.where(inside, ratio, 1.0)
+    beta = draft_total - draft_below[..., :-1] + target_below[..., :-1] / at
+    infeasible = inside & (1 - _power(1 - beta, num_drafts) - at * beta > 0)
+    high = np.where(inside & ~infeasible, ratio, k).min(-1)  # [...] the first feasible ratio, or K
+    low = np.where(infeasible, ratio, 1.0).max(-1)  # the last infeasible ratio, or 1
+    below = (ratio <= low[..., None]).sum(-1, keepdims=True)  # tokens below throughout (low, high)
+    above_mass = (draft_total - np.take_along_axis(draft_below, below, -1))[..., 0]  # A
+    below_mass = np.take_along_axis(target_below, below, -1)[..., 0]  # B
+    rho = np.empty(low.shape)
+    for i, (lo, hi, a, b) in enumerate(zip(low.ravel().tolist(), high.ravel().tolist(),
+                                           above_mass.ravel().tolist(), below_mass.ravel().tolist())):
+        while lo < 0.5 * (lo + hi) < hi:  # to float resolution
+            middle = 0.5 * (lo + hi)
+            beta_middle = a + b / middle
+            if 1 - (1 - beta_middle) ** num_drafts - middle * beta_middle <= 0:
+                hi = middle
+            else:
+                lo = middle
+        rho.flat[i] = hi
+    step = rho * 2.0**-44
+    while np.any(infeasible := (excess(rho) > 0) & (rho < k)):  # K is feasible (Bernoulli's inequality)
+        rho, step = np.where(infeasible, np.minimum(rho + step, k), rho), 2 * step
+    return np.where(excess(np.ones(rho.shape)) <= 0, 1.0, rho)
+
+
+def _power(x: np.ndarray, n: int) -> np.ndarray:
+    """``x ** n`` for an integer n >= 1 by repeated squaring (numpy's ``**`` calls pow per entry)."""
+    result = None
+    while n:
+        if n & 1:
+            result = x if result is None else result * x
+        n >>= 1
+        if n:
+            x = x * x
+    return result
 
 
 def _kseq_position(target: torch.Tensor, draft: torch.Tensor, candidates: torch.Tensor, generator) -> int:
@@ -104,7 +145,7 @@ class KSeq(Verifier):
     """
 
     name = "kseq"
-    description = "SpecTr K-SEQ over K i.i.d. drafts, multi-step (rho by bisection; exact)"
+    description = "SpecTr K-SEQ over K i.i.d. drafts, multi-step (rho solved on the sorted likelihood ratios; exact)"
     exact = True
     multi_draft = True
 
