@@ -50,6 +50,7 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
                  "--max-new-tokens", "5", "--results-dir", str(tmp_path / "results"),
                  "--img-dir", str(tmp_path / "img")])
     assert code == 0
+    assert "prompt 2/2 done" in capsys.readouterr().out  # no bar off a terminal: the per-prompt lines print
     result = json.loads((tmp_path / "results" / "sprinter.json").read_text())
     rows = {r["method"]: r for r in result["rows"]}
     assert len(result["settings"]["thresholds"]) == 7  # 0, five yes-share thresholds, 1

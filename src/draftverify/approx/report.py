@@ -75,7 +75,8 @@ def _decode(pair, prompt_ids, method, length, settings: ReportSettings, seed: in
 
 
 def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run every method on every prompt; return the table rows, the audits and the completions."""
+    """Run every method on every prompt; return the table rows, the audits and the completions.
+    ``log`` gets one line per prompt done."""
     from rouge_score import rouge_scorer
 
     from ..train.measure import humaneval_prompts

@@ -104,8 +104,14 @@ def report(
                               draft_length=draft_length, sprinter_cap=sprinter_cap, seed=seed)
     pair = _load(target, draft)
     with progress_bar(ctx) as progress:
-        progress.add_task("sprinter, sd and ar on the prompts", total=None)
-        result = run_report(pair, settings, classifier=classifier)
+        task = progress.add_task("sprinter, sd and ar on the prompts", total=prompts)
+
+        def prompt_done(line: str) -> None:  # the bar counts prompts; without a bar the lines print
+            progress.advance(task)
+            if progress.disable:
+                print(line)
+
+        result = run_report(pair, settings, classifier=classifier, log=prompt_done)
     embedded = target is None and draft is None
     result["pair"] = "the embedded pair" if embedded else f"target {target or 'embedded'}, draft {draft or 'embedded'}"
     result["classifier"] = classifier or "the one shipped with the embedded pair"
