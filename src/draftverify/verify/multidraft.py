@@ -12,6 +12,7 @@ for it (contract), so the rows of the first alive draft are used. K = 1 reduces 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -66,9 +67,11 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
     """
     k = float(num_drafts)
 
+    def gap(beta, rho, power=operator.pow):  # g = 1 - (1 - beta)^K - rho beta, arrays or floats
+        return 1 - power(1 - beta, num_drafts) - rho * beta
+
     def excess(rho: np.ndarray) -> np.ndarray:  # g with the full sum, as the verifier forms beta
-        beta = np.minimum(draft, target / rho[..., None]).sum(axis=-1)
-        return 1 - (1 - beta) ** num_drafts - rho * beta
+        return gap(np.minimum(draft, target / rho[..., None]).sum(axis=-1), rho)
 
     ratio = np.divide(target, draft, out=np.full(target.shape, np.inf), where=draft > 0)  # T / D, inf where D = 0
     order = np.argsort(ratio, axis=-1)
@@ -81,7 +84,7 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
     inside = (ratio > 1) & (ratio < k)
     at = np.where(inside, ratio, 1.0)
     beta = draft_total - draft_below[..., :-1] + target_below[..., :-1] / at
-    infeasible = inside & (1 - _power(1 - beta, num_drafts) - at * beta > 0)
+    infeasible = inside & (gap(beta, at, _power) > 0)  # _power: ** costs a pow call per entry
     high = np.where(inside & ~infeasible, ratio, k).min(-1)  # [...] the first feasible ratio, or K
     low = np.where(infeasible, ratio, 1.0).max(-1)  # the last infeasible ratio, or 1
     below = (ratio <= low[..., None]).sum(-1, keepdims=True)  # tokens below throughout (low, high)
@@ -90,13 +93,13 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
     rho = np.empty(low.shape)
     for i, (lo, hi, a, b) in enumerate(zip(low.ravel().tolist(), high.ravel().tolist(),
                                            above_mass.ravel().tolist(), below_mass.ravel().tolist())):
-        while lo < 0.5 * (lo + hi) < hi:  # to float resolution
-            middle = 0.5 * (lo + hi)
-            beta_middle = a + b / middle
-            if 1 - (1 - beta_middle) ** num_drafts - middle * beta_middle <= 0:
+        middle = 0.5 * (lo + hi)
+        while lo < middle < hi:  # to float resolution
+            if gap(a + b / middle, middle) <= 0:
                 hi = middle
             else:
                 lo = middle
+            middle = 0.5 * (lo + hi)
         rho.flat[i] = hi
     step = rho * 2.0**-44
     while np.any(infeasible := (excess(rho) > 0) & (rho < k)):  # K is feasible (Bernoulli's inequality)
