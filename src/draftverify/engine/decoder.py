@@ -201,14 +201,11 @@ class Decoder:
         """Each prompt's K rows through the verifier (``[R K, L]``, ``[R K, L, V]``, ``[R K, L + 1, V]``)."""
         k, results = self.config.drafts, []
         drafted = draft_tokens.tolist()  # [R K][L]
+        arrays = (draft_tokens, draft_probs, target_probs)
         for r, p in enumerate(self.active):
-            if len(self.active) == 1:  # the arrays are the row's own: no slicing
-                result = self.verifier.verify_trusted(draft_tokens, draft_probs, target_probs, self.generator, self.states[p])
-            else:
-                block = slice(r * k, (r + 1) * k)
-                result = self.verifier.verify_trusted(
-                    draft_tokens[block], draft_probs[block], target_probs[block], self.generator, self.states[p]
-                )
+            # one prompt: the arrays are its own, no slicing (each view is a tensor op in the loop)
+            rows = arrays if len(self.active) == 1 else [a[r * k : (r + 1) * k] for a in arrays]
+            result = self.verifier.verify_trusted(*rows, self.generator, self.states[p])
             accepted = result.tokens[: result.num_accepted]
             if accepted != drafted[r * k + result.draft_index][: result.num_accepted]:
                 raise ValueError(f"{self.config.name}: accepted tokens are not a prefix of draft {result.draft_index}")
