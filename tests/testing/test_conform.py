@@ -72,7 +72,7 @@ def test_law_check_fails_the_twins_no_probe_reaches(twin):
     (twins.FlatSD(), {"layout": "flattened"}),
 ])
 def test_exact_verifiers_pass_every_check(implementation, options):
-    report = conform(implementation, samples=1500, **options)
+    report = conform(implementation, samples=800, **options)
     assert report.passed, report.table()
     applicable = {c.name for c in report.checks if c.status == "pass"}
     assert applicable >= set(PROBES) - {"zero-draft-rows", "ragged-batch"}
