@@ -62,7 +62,7 @@ class ConformanceReport:
         """The report as Markdown (readable as it is in a terminal): a table of results, then what
         each check proves and its power."""
         lines = [
-            f"conform {self.implementation} ({self.layout} layout; {self.samples} samples, seed {self.seed}, "
+            f"conform {self.implementation} (layout: {self.layout}; {self.samples} samples, seed {self.seed}, "
             f"{self.seconds:.0f} s): {'PASS' if self.passed else 'FAIL'}",
             "",
             f"randomness: {self.randomness}",
@@ -117,7 +117,7 @@ def _adapter(implementation: Any, layout: str | None, method: str | None, time_l
         if implementation == "transformers":
             if method is not None:
                 raise ValueError(f"method={method!r} conflicts with implementation='transformers' (method picks ours)")
-            return Transformers(time_limit), "transformers step"
+            return Transformers(time_limit), "assisted-generation step"
         adapter = _ours(method or "sd", time_limit)
         return adapter, "flattened" if isinstance(adapter, Flattened) else "contract"
     if method is not None:

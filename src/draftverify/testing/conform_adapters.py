@@ -55,7 +55,10 @@ class Row:
 
 
 class Misbehaved(Exception):
-    """The implementation raised, hung or returned something malformed; the message says which."""
+    """The implementation raised, hung or returned something malformed; the message says which.
+    ``row`` is the row whose call did it, where rows are called one at a time (else None)."""
+
+    row: int | None = None
 
 
 class Raised(Misbehaved):
@@ -145,11 +148,16 @@ def _scripted_torch(script: _Script, names: tuple[str, ...]) -> Iterator[None]:
 def _scripted_rows(adapter: "Adapter", rows, uniforms, names: tuple[str, ...], call: Callable[[Row], list[int]]) -> list[list[int]]:
     """Run ``rows`` one call each, with the torch functions ``names`` playing the row's uniforms."""
     out, adapter.last_draws = [], []
-    for row, values in zip(rows, uniforms):
+    for b, (row, values) in enumerate(zip(rows, uniforms)):
         script = _Script(values)
-        with _scripted_torch(script, names):
-            out.append(call(row))
-        adapter.last_draws.append((script.digits, script.position))
+        try:
+            with _scripted_torch(script, names):
+                out.append(call(row))
+        except Misbehaved as error:
+            error.row = b
+            raise
+        finally:
+            adapter.last_draws.append((script.digits, script.position))
     return out
 
 

@@ -30,6 +30,7 @@ __all__ = ["CheckResult", "PROBES", "detectable_tv"]
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
 TOP = 1 - 2.0**-53  # the largest float64 below 1; the scripts round it onto each grid's top, 1 - 2^-m
 STEP = 2.0**-53  # the smallest positive float64 grid value; rounded up to 2^-m on a coarser grid
+_LABELS = {TOP: "1 - 2^-m (the largest below 1)", STEP: "2^-m (the smallest positive)"}  # m: the grid's bits
 VOCAB = 6  # tokens 0 and 5 have target probability 0 in most probe rows: a leak of either shows
 
 
@@ -81,33 +82,47 @@ def _violations(rows: list[Row], outputs: list[list[int]]) -> list[tuple[int, in
             if not row.target_probs[j, t] > 0]
 
 
+def _lower_bound(adapter: Adapter, row_index: int, drafted: float) -> str:
+    """D(drafts) x 2^-m per scripted uniform the row's call drew: a lower bound on the probability
+    of what the call did, since the drafts and each grid value are drawn with that probability."""
+    digits, draws = adapter.last_draws[row_index]
+    return (f">= D(drafts) x 2^-{digits} per scripted uniform drawn ({draws}) = {drafted:.3g} x 2^-{digits * draws} "
+            f"= {drafted * 2.0 ** (-digits * draws):.3g}")
+
+
+def _drafted(row: Row, count: int) -> float:
+    """D(x_1) ... D(x_count): the probability of drafting the row's first ``count`` tokens."""
+    return float(torch.prod(row.draft_probs[torch.arange(count), row.draft_tokens[:count]]))
+
+
 def _support_effect(adapter: Adapter, rows: list[Row], found: tuple[int, int, int]) -> str:
-    """A lower bound on the probability the law gives the bad outcome: the drafts up to it, times
-    2^-m for each scripted uniform the call drew (m = the bits of their grid)."""
     b, j, t = found
     row = rows[b]
     drafted_here = j < row.length and t == int(row.draft_tokens[j])
-    drafts = row.draft_tokens[: j + 1 if drafted_here else j]
-    drafted = float(torch.prod(row.draft_probs[torch.arange(drafts.shape[0]), drafts]))
-    digits, draws = adapter.last_draws[b]
     return (f"token {t} committed at position {j + 1}, where the target gives it probability 0; the law gives it "
-            f">= D(drafts) x 2^-{digits} per scripted uniform drawn ({draws}) = {drafted:.3g} x 2^-{digits * draws} "
-            f"= {drafted * 2.0 ** (-digits * draws):.3g}")
+            + _lower_bound(adapter, b, _drafted(row, j + 1 if drafted_here else j)))
 
 
 def _scripted_support(adapter: Adapter, rows: list[Row], values: list[float]) -> tuple[str, str, str]:
     """Run ``rows`` with every uniform scripted to each value in turn; check form and support."""
     for value in values:
+        shown = _LABELS.get(value, repr(value))
         try:
             outputs = adapter.scripted(rows, [[value] * (row.length + 1) for row in rows])
         except Misbehaved as error:
-            return FAIL, f"uniforms = {value!r}: on valid input it {error}", ""
+            where, effect = "", ""
+            if error.row is not None:
+                row = rows[error.row]
+                where = f"row {error.row} (drafts {row.draft_tokens.tolist()}): "
+                effect = "a valid call fails with probability " + _lower_bound(adapter, error.row, _drafted(row, row.length))
+            return FAIL, f"uniforms = {shown}: {where}on valid input it {error}", effect
         bad = _violations(rows, outputs)
         if bad:
             b, j, t = bad[0]
-            return FAIL, (f"uniforms = {value!r}: row {b} (drafts {rows[b].draft_tokens.tolist()}) committed "
+            return FAIL, (f"uniforms = {shown}: row {b} (drafts {rows[b].draft_tokens.tolist()}) committed "
                           f"{outputs[b]}; token {t} has target probability 0 at position {j + 1}"), _support_effect(adapter, rows, bad[0])
-    return PASS, f"{len(rows)} rows x uniforms {', '.join(map(repr, values))}: every committed token in the target's support", ""
+    shown = ", ".join(_LABELS.get(value, repr(value)) for value in values)
+    return PASS, f"{len(rows)} rows x uniforms {shown}: every committed token in the target's support", ""
 
 
 _DETERMINISTIC = "deterministic (scripted uniforms): a failure is certain, not a statistical call"
