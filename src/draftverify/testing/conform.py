@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from .conform_adapters import Adapter, Contract, Flattened, Transformers
-from .conform_probes import FAIL, PROBES, CheckResult, _Context
+from .conform_probes import FAIL, PROBES, CheckResult, ProbeSettings
 
 __all__ = ["ConformanceReport", "DEFAULT_SAMPLES", "LAYOUTS", "conform"]
 
@@ -164,7 +164,7 @@ def conform(
     if unknown:
         raise ValueError(f"checks: unknown {', '.join(unknown)}; known: {', '.join(PROBES)}")
     adapter, layout_name = _adapter(implementation, layout, method, time_limit)
-    context = _Context(samples=samples, seed=seed)
+    context = ProbeSettings(samples=samples, seed=seed)
     threads, start, results = torch.get_num_threads(), time.perf_counter(), []
     torch.set_num_threads(1)
     try:

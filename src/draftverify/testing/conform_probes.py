@@ -25,7 +25,7 @@ from .checker import check_exactness
 from .conform_adapters import Adapter, Misbehaved, Raised, Row, grid_digits
 from .markov import random_pair
 
-__all__ = ["CheckResult", "PROBES", "detectable_tv"]
+__all__ = ["CheckResult", "PROBES", "ProbeSettings", "detectable_tv"]
 
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
 TOP = 1 - 2.0**-53  # the largest float64 below 1; the scripts round it onto each grid's top, 1 - 2^-m
@@ -49,7 +49,9 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
-class _Context:
+class ProbeSettings:
+    """What every check runs with: the law check's sample count and the seed of every draw."""
+
     samples: int
     seed: int
 
@@ -128,7 +130,7 @@ def _scripted_support(adapter: Adapter, rows: list[Row], values: list[float]) ->
 _DETERMINISTIC = "deterministic (scripted uniforms): a failure is certain, not a statistical call"
 
 
-def _uniform_zero(adapter: Adapter, context: _Context) -> CheckResult:
+def _uniform_zero(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     rows = [
         _row([2], [[0, 1, 3, 2, 4, 0]], [[0, 4, 0, 4, 2, 0], [0, 1, 1, 1, 1, 0]]),
         _row([1, 3, 2], [[0, 1, 1, 1, 1, 0]] * 3,
@@ -139,7 +141,7 @@ def _uniform_zero(adapter: Adapter, context: _Context) -> CheckResult:
                        "probability 0 (the `u <= ratio` defect)", _DETERMINISTIC, detail, effect)
 
 
-def _zero_target_draft(adapter: Adapter, context: _Context) -> CheckResult:
+def _zero_target_draft(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     rows = [
         _row([4, 1], [[0, 2, 2, 2, 4, 0], [0, 1, 1, 1, 1, 0]], [[0, 3, 3, 4, 0, 0], [0, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]]),
         _row([3, 4], [[0, 1, 1, 1, 1, 0]] * 2, [[0, 1, 1, 6, 1, 0], [0, 1, 2, 1, 0, 0], [0, 1, 1, 1, 1, 0]]),
@@ -149,7 +151,7 @@ def _zero_target_draft(adapter: Adapter, context: _Context) -> CheckResult:
                        "smallest positive uniform (catches a ratio floored above 0) and at 1/2", _DETERMINISTIC, detail, effect)
 
 
-def _uniform_top(adapter: Adapter, context: _Context) -> CheckResult:
+def _uniform_top(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     rows = [
         _row([4], [[0, 1, 1, 2, 6, 0]], [[0, 4, 3, 3, 0, 0], [0, 1, 1, 1, 1, 0]]),
         _row([1, 2], [[0, 1, 1, 0, 0, 0]] * 2, [[0, 6, 2, 2, 0, 0], [0, 2, 3, 5, 0, 0], [0, 1, 1, 0, 0, 0]]),
@@ -178,13 +180,13 @@ def _empty_residual_rows() -> list[Row]:
     return rows
 
 
-def _empty_residual(adapter: Adapter, context: _Context) -> CheckResult:
+def _empty_residual(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     status, detail, effect = _scripted_support(adapter, _empty_residual_rows(), [TOP])
     return CheckResult("empty-residual", status, "target equal to draft: a rejection whose residual (T - D)_+ has no "
                        "mass still commits a token of the target's law, without error", _DETERMINISTIC, detail, effect)
 
 
-def _one_hot_target(adapter: Adapter, context: _Context) -> CheckResult:
+def _one_hot_target(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     hot = [[0, 0, 1, 0, 0, 0], [0, 0, 0, 1, 0, 0], [0, 1, 0, 0, 0, 0]]
     spread = [[0, 1, 2, 3, 4, 0]] * 2
     rows = [
@@ -197,7 +199,7 @@ def _one_hot_target(adapter: Adapter, context: _Context) -> CheckResult:
                        "target's argmax path", _DETERMINISTIC, detail, effect)
 
 
-def _disjoint_supports(adapter: Adapter, context: _Context) -> CheckResult:
+def _disjoint_supports(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     rows = [
         _row([1, 2], [[0, 1, 1, 0, 0, 0]] * 2, [[0, 0, 0, 1, 1, 0]] * 3),
         _row([2], [[0, 1, 3, 0, 0, 0]], [[0, 0, 0, 1, 2, 0], [0, 1, 0, 0, 0, 0]]),
@@ -217,7 +219,7 @@ def _random_rows(rng: np.random.Generator, lengths: list[int]) -> list[Row]:
     return rows
 
 
-def _batch_versus_alone(adapter: Adapter, context: _Context, lengths: list[int], name: str, proves: str) -> CheckResult:
+def _batch_versus_alone(adapter: Adapter, context: ProbeSettings, lengths: list[int], name: str, proves: str) -> CheckResult:
     power = "deterministic: 8 batches of random rows and scripted random uniforms, each row also run alone"
     if not adapter.ragged:
         return CheckResult(name, NOT_APPLICABLE, proves, power, f"{adapter.name} verifies one row per call: no batch layout to misalign")
@@ -241,18 +243,18 @@ def _batch_versus_alone(adapter: Adapter, context: _Context, lengths: list[int],
     return CheckResult(name, PASS, proves, power, f"8 batches of lengths {lengths}: every row as alone, in the support")
 
 
-def _zero_draft_rows(adapter: Adapter, context: _Context) -> CheckResult:
+def _zero_draft_rows(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     return _batch_versus_alone(adapter, context, [2, 0, 1, 0, 0, 3], "zero-draft-rows",
                                "rows with no drafts commit one token from their bonus row and leave the other "
                                "rows' draws alone (catches a generator advanced for them)")
 
 
-def _ragged_batch(adapter: Adapter, context: _Context) -> CheckResult:
+def _ragged_batch(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     return _batch_versus_alone(adapter, context, [3, 1, 2, 1], "ragged-batch",
                                "each row of a ragged batch commits what it commits alone (the layout's offsets)")
 
 
-def _nan_inf(adapter: Adapter, context: _Context) -> CheckResult:
+def _nan_inf(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     proves = "a row with NaN or inf is refused (an exception), never turned into tokens (catches token 0 leaking)"
     good = _row([1], [[0, 1, 1, 1, 1, 0]], [[0, 1, 1, 1, 1, 0]] * 2)
     nan = torch.full((VOCAB,), float("nan"), dtype=torch.float64)
@@ -278,7 +280,7 @@ def _nan_inf(adapter: Adapter, context: _Context) -> CheckResult:
     return CheckResult("nan-inf", PASS, proves, _DETERMINISTIC, "; ".join(refusals))
 
 
-def _seeds(adapter: Adapter, context: _Context) -> CheckResult:
+def _seeds(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     proves = "the same seed twice commits the same tokens, and another seed other tokens"
     rows = [_row([1], [[0, 1, 1, 1, 1, 0]], [[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 0]])] * 16
     power = ("an exact implementation's first token is uniform on 3 tokens in each of 16 calls: two different seeds "
@@ -299,7 +301,7 @@ def _firsts(outputs: list[list[int]]) -> str:
     return "".join(str(out[0]) for out in outputs) + " (first tokens)"
 
 
-def _law(adapter: Adapter, context: _Context) -> CheckResult:
+def _law(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     proves = ("the law of the first 4 tokens decoded through it (L = 2 drafts per call) from a known-law Markov pair "
               "(V = 4, order 2) equals the target's, enumerated exactly (chi-square, pass at p > 1e-3)")
     pair = random_pair(vocab_size=4, order=2, seed=context.seed)
@@ -318,7 +320,7 @@ def _law(adapter: Adapter, context: _Context) -> CheckResult:
     return CheckResult("law", PASS if report.passed() else FAIL, proves, power, detail)
 
 
-PROBES: dict[str, Callable[[Adapter, _Context], CheckResult]] = {
+PROBES: dict[str, Callable[[Adapter, ProbeSettings], CheckResult]] = {
     "law": _law,
     "uniform-zero": _uniform_zero,
     "zero-target-draft": _zero_target_draft,
