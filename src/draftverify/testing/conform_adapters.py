@@ -4,11 +4,11 @@ An adapter runs a batch of rows (one request's drafts each, see :class:`Row`) th
 implementation and returns each row's committed tokens (accepted drafts, then one correction or bonus
 token), checked for form. Randomness comes two ways:
 
-- ``run(rows, seed=s)``: a stream the implementation draws as it would in production, opened from
-  seed ``s`` (:meth:`Adapter.stream`); the law check and the seed probe use it;
-- ``run(rows, uniforms=[...])``: every uniform scripted, so that a probe reaches values sampling
-  almost never draws (exactly 0, the largest float below 1). How the script reaches the
-  implementation is the adapter's ``randomness`` line.
+- :meth:`Adapter.stream` ``(seed)``: a run function drawing as the implementation would in
+  production, from a stream opened from ``seed``; the law check and the seed probe use it;
+- :meth:`Adapter.scripted` ``(rows, uniforms)``: every uniform scripted, so that a probe reaches
+  values sampling almost never draws (exactly 0, the largest float below 1). How the script reaches
+  the implementation is the adapter's ``randomness`` line.
 
 Whatever the implementation does wrong surfaces as :class:`Misbehaved` (raised, hung past the time
 limit, or returned something malformed), with what it did in words: never as our traceback.
@@ -213,7 +213,7 @@ class Adapter:
         return _Shim()
 
 
-def flat_arrays(rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+def _flat_arrays(rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """The flattened layout of docs/serving.md: draft_token_ids [num_tokens], draft_probs
     [num_tokens, V], target_probs [num_tokens + B, V], cu_num_draft_tokens [B], max_draft_len."""
     cu = torch.cumsum(torch.tensor([row.length for row in rows]), 0)  # [B]
@@ -252,7 +252,7 @@ class Flattened(Adapter):
         return self._call(rows, torch.cat([torch.tensor(u, dtype=torch.float64) for u in uniforms]))
 
     def _call(self, rows: list[Row], uniforms: torch.Tensor) -> list[list[int]]:
-        tokens, draft, target, cu, max_len = flat_arrays(rows)
+        tokens, draft, target, cu, max_len = _flat_arrays(rows)
         out = _guarded(lambda: self.function(tokens, draft, target, cu, uniforms, max_len), self.time_limit)
         out = getattr(out, "output_tokens", out)
         shape = (len(rows), max_len + 1)

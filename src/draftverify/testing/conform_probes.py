@@ -22,7 +22,7 @@ import torch
 from scipy import optimize, stats
 
 from .checker import check_exactness
-from .conform_adapters import Adapter, Misbehaved, Raised, Row, grid_digits
+from .conform_adapters import Adapter, Misbehaved, Raised, Row
 from .markov import random_pair
 
 __all__ = ["CheckResult", "PROBES", "ProbeSettings", "detectable_tv"]
