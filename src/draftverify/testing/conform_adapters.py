@@ -324,8 +324,11 @@ class Transformers(Adapter):
 
     def __init__(self, time_limit: float):
         super().__init__(time_limit)
-        from transformers.generation.utils import _speculative_sampling
-
+        try:
+            from transformers.generation.utils import _speculative_sampling
+        except ImportError as error:
+            raise ValueError(f"implementation 'transformers': cannot import its _speculative_sampling ({error}); "
+                             "install draftverify[models]") from None
         self.step = _speculative_sampling
 
     def _call(self, row: Row) -> list[int]:
