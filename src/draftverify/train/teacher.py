@@ -37,17 +37,18 @@ _TASKS = (
 class TeacherConfig:
     """Sampling settings of the labelling run."""
 
-    batch_size: int = 16
+    batch_size: int = 32
     max_new_tokens: int = 160
     top_k: int = 32
-    prompts_per_shard: int = 64
+    prompts_per_shard: int = 32
     max_prompt_tokens: int = 192
     seed: int = 0
 
 
 def chat_prompts(split: str = "train", seed: int = 0) -> list[str]:
     """User messages built from the standard library's documented functions, shuffled by ``seed``;
-    ``split`` is ``"train"`` or ``"heldout"`` (by file, as the corpus split)."""
+    ``split`` is ``"train"`` or ``"heldout"`` (by file, as the corpus split; a held-out message that
+    is also a training message, a function copied between files, is dropped)."""
     corpus = split_corpus()
     names = corpus.train if split == "train" else corpus.heldout
     rng = random.Random(seed)
@@ -69,6 +70,9 @@ def chat_prompts(split: str = "train", seed: int = 0) -> list[str]:
             task = rng.choice(_TASKS)
             prompts.append(task.format(name=node.name, args=ast.unparse(node.args), doc=first, source=source))
     rng.shuffle(prompts)
+    if split != "train":
+        seen = set(chat_prompts("train", seed))
+        prompts = [p for p in prompts if p not in seen]
     return prompts
 
 
