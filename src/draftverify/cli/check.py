@@ -1,8 +1,13 @@
-"""`draftverify check NAME`: the exactness checker on a seeded known-law Markov pair."""
+"""`draftverify check NAME`: the exactness checker on a seeded known-law Markov pair.
+
+Exit codes: 0 passed, 1 failed (the decoded law is not the target's), 3 inconclusive (the test
+cannot judge at these settings: more samples or fewer tokens), 2 bad input (as every command).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated
 
 import typer
@@ -10,7 +15,9 @@ import typer
 from ._options import GREEDY, OptionItems, Seed, method_from_args
 from ._progress import progress_bar
 
-__all__ = ["check"]
+__all__ = ["check", "EXIT_CODES"]
+
+EXIT_CODES = {"passed": 0, "failed": 1, "inconclusive": 3}  # 2 is bad input, as in every command
 
 
 def check(
@@ -27,12 +34,16 @@ def check(
     option: OptionItems = [],
     fraction: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Shorthand for --option fraction=... (submaximal).", show_default="unset")] = None,
+    detect_tv: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Pass only if the test detects any law this far (total variation) from the target.")] = 0.1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> int:
     """Decode many sequences from a known-law model through a verifier and test their law.
 
     The p-value is a chi-square test of the law of the first N decoded tokens against the
-    target's exact law: a correct verifier gives p spread uniformly on 0..1.
+    target's exact law: a correct verifier gives p spread uniformly on 0..1. A test that cannot
+    judge (no degree of freedom, or unable to see a law --detect-tv from the target) is
+    inconclusive, never passed. Exit code 0 passed, 1 failed, 3 inconclusive, 2 bad input.
     """
     from ..testing import check_exactness, random_pair
     from ..verify import get_verifier
@@ -49,16 +60,20 @@ def check(
         report = check_exactness(
             verifier, pair, num_drafts=drafts if method.num_drafts is None else method.num_drafts,
             draft_length=draft_length if method.draft_length is None else method.draft_length,
-            num_tokens=tokens, samples=samples, seed=seed, on_sample=lambda: progress.advance(task),
+            num_tokens=tokens, samples=samples, seed=seed, detect_tv=detect_tv, on_sample=lambda: progress.advance(task),
         )
     if as_json:
-        print(json.dumps({"verifier": name, "options": method.options, **report.__dict__}))
+        fields = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in report.__dict__.items()}
+        print(json.dumps({"verifier": name, "options": method.options, **fields}))
     else:
         print(f"verifier         {name} {method.options or ''}".rstrip())
         print(f"drafts x length  {report.num_drafts} x {report.draft_length}; law of the first {report.num_tokens} tokens")
         print(f"samples          {report.samples}")
         print(f"p-value          {report.p_value:.4g}  (chi2 {report.chi2:.1f}, dof {report.dof})")
-        print(f"TV to target     {report.tv:.4f}")
+        print(f"TV to target     {report.tv:.4f}  (empirical)")
+        print(f"detectable TV    {report.detectable_tv:.4f}  (power 0.9 at p <= {report.threshold:g}; "
+              f"needed {report.detect_tv:g})")
         print(f"accepted / call  {report.mean_accepted:.3f}")
         print(f"tokens / call    {report.tokens_per_call:.3f}")
-    return 0
+        print(f"result           {report.status}: {report.reason}")
+    return EXIT_CODES[report.status]
