@@ -15,7 +15,7 @@ __all__ = ["GREEDY", "DraftFolder", "JsonFile", "OptionItems", "Seed", "TargetFo
 
 GREEDY = "greedy"  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 
-Seed = Annotated[int, typer.Option(help="Random seed.")]
+Seed = Annotated[int, typer.Option(min=0, max=2**64 - 1, help="Random seed, an int in [0, 2**64 - 1].")]
 OptionItems = Annotated[list[str], typer.Option(
     metavar="KEY=VALUE", show_default=False,
     help="A verifier option, as inside the method's parentheses, e.g. --option fraction=0.5 (repeatable).")]

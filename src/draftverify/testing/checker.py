@@ -262,8 +262,8 @@ def check_exactness(
                         ("num_tokens", num_tokens)):
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an int, got {seed!r}")
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64 - 1], got {seed!r}")
     if not (isinstance(threshold, numbers.Real) and 0 < threshold < 1):
         raise ValueError(f"threshold must be a p-value in (0, 1), got {threshold!r}")
     if not (isinstance(detect_tv, numbers.Real) and 0 < detect_tv <= 1):
