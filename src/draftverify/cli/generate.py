@@ -19,7 +19,7 @@ def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text.")],
     method: Annotated[str, typer.Option(help="'ar' or a verifier (see `draftverify list`), e.g. bv, "
                                         "ot(solver=gr,tol=1e-4), kseq(K=4).")] = "bv",
-    drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
+    num_drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
     draft_length: Annotated[int | None, typer.Option(min=1, help="L, tokens per draft.", show_default="4")] = None,
     option: OptionItems = [],
     temperature: Annotated[float | None, typer.Option(
@@ -43,17 +43,17 @@ def generate(
     """Generate text with draft-then-verify decoding (default: the embedded model pair)."""
     if not prompt.strip():
         raise ValueError("the prompt is empty")
-    method_spec = method_from_args(method, option)
+    method_spec = method_from_args(method, [("--option", item) for item in option], num_drafts=num_drafts,
+                                   draft_length=draft_length, draft=draft)
     quiet_transformers()
     from ..engine import DecodeConfig, Decoder
     from ..engine.generate import generate as generate_with
     from ..models.pair import load_pair
 
     settings = dict(top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed)
-    config = DecodeConfig(method_spec.name, num_drafts=drafts if method_spec.num_drafts is None else method_spec.num_drafts,
-                          draft_length=draft_length if method_spec.draft_length is None else method_spec.draft_length,
+    config = DecodeConfig(method_spec.name, num_drafts=method_spec.num_drafts, draft_length=method_spec.draft_length,
                           options=method_spec.options, temperature=temperature, **settings)  # bad options fail before loading
-    pair = load_pair(target, draft or method_spec.draft)
+    pair = load_pair(target, method_spec.draft)
     prompt_ids = pair.tokenizer.encode(prompt)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")

@@ -159,7 +159,8 @@ def get_verifier(name: str, **options: Any) -> Verifier:
 
     ``name`` may carry its options in the method grammar of :mod:`.spec`, e.g.
     ``get_verifier("ot(solver=gr,tol=1e-4)")``. Unknown names and options raise ``ValueError``
-    listing what exists; so does an option value of the wrong type.
+    listing what exists; so does an option value of the wrong type, and an option written in ``name``
+    and passed as a keyword with another value.
     """
     from .spec import check_option_values, parse_method  # spec imports this module
 
@@ -169,6 +170,9 @@ def get_verifier(name: str, **options: Any) -> Verifier:
         spec = parse_method(name)
         if spec.draft is not None or spec.num_drafts is not None or spec.draft_length is not None:
             raise ValueError(f"{name!r}: K, L and @draft are decoding settings; get_verifier takes the verifier alone")
+        clash = sorted(k for k in set(spec.options) & set(options) if spec.options[k] != options[k])
+        if clash:
+            raise ValueError(f"{name!r} and the keyword options disagree on {', '.join(clash)}")
         name, options = spec.name, {**spec.options, **options}
     _ensure_loaded()
     if name not in _REGISTRY:
