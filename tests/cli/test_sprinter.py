@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from draftverify import get_verifier
 from draftverify.approx import LinearClassifier
 from draftverify.models.hidden import draft_fingerprint
 from draftverify.models.hf import TransformersModel
@@ -45,6 +46,11 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
     assert sorted(classifier.info["yes_share_thresholds"]) == ["0.1", "0.3", "0.5", "0.7", "0.9"]
     assert classifier.info["draft_fingerprint"] == draft_fingerprint(TransformersModel.from_pretrained(tiny_pair / "draft"))
     assert (out / "lambda_1.5.json").exists() and (tmp_path / "img" / "roc.png").stat().st_size > 0
+    # the folder train writes is what --option classifier=DIR and get_verifier take
+    assert get_verifier(f"sprinter(classifier={out})").classifier.info == classifier.info
+    assert main(["generate", "ab", *pair, "--method", "sprinter", "--option", f"classifier={out}",
+                 "--max-new-tokens", "3"]) == 0
+    capsys.readouterr()
 
     code = main(["sprinter", "report", *pair, "--classifier", str(out / "classifier.json"), "--prompts", "2",
                  "--max-new-tokens", "5", "--results-dir", str(tmp_path / "results"),

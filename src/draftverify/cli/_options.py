@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from ..verify import MethodSpec, parse_method, typed_options
-from ..verify.base import _REGISTRY, _ensure_loaded
 
 __all__ = ["GREEDY", "DraftFolder", "JsonFile", "OptionItems", "Seed", "TargetFolder", "method_from_args"]
 
@@ -37,9 +36,7 @@ def method_from_args(
     ``option_items`` are ``(flag, "KEY=VALUE")`` pairs (``("--option", "fraction=0.5")``). A
     setting written both in the method and by a flag must agree, else a ``ValueError`` names both:
     an option in the parentheses and an option flag, K and ``--num-drafts``, L and
-    ``--draft-length``, ``@draft`` and ``--draft``; so must an option given by two flags. A verifier
-    that takes a ``classifier`` (SPRINTER) gets the one named by its option loaded by
-    :func:`draftverify.approx.load_classifier` (the embedded pair's when none is given).
+    ``--draft-length``, ``@draft`` and ``--draft``; so must an option given by two flags.
     """
     spec = parse_method(method)
     options, given_by = dict(spec.options), {key: repr(method) for key in spec.options}
@@ -59,10 +56,4 @@ def method_from_args(
             shown = f"@{written}" if key == "@" else f"{key}={written}"
             raise ValueError(f"method {method!r} sets {shown} but {flag} {given} was given: give it once")
         settings[attr] = written if written is not None else given
-    _ensure_loaded()
-    cls = _REGISTRY.get(spec.name)
-    if cls is not None and "classifier" in {f.name for f in dataclasses.fields(cls)}:
-        from ..approx.load import load_classifier
-
-        options["classifier"] = load_classifier(options.get("classifier"))
     return dataclasses.replace(spec, options=options, **settings)

@@ -33,10 +33,12 @@ def generate(
     stop: Annotated[list[str], typer.Option(metavar="TEXT", help="A stop string (repeatable).",
                                             show_default="none")] = [],
     seed: Seed = 0,
-    target: Annotated[str | None, typer.Option(help="Target model folder or hub id.",
+    target: Annotated[str | None, typer.Option(help="Target model folder (a local transformers model).",
                                                show_default="the embedded pair")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model folder, hub id, or 'ngram'.",
+    draft: Annotated[str | None, typer.Option(help="Draft model folder (a local transformers model), or 'ngram'.",
                                               show_default="the embedded pair")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder, e.g. the tokenizer/ of a train-pair "
+                                                  "output.", show_default="the target's folder")] = None,
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also time plain target sampling and "
                                              "report the speedup.")] = False,
 ) -> int:
@@ -53,12 +55,12 @@ def generate(
     settings = dict(top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed)
     config = DecodeConfig(method_spec.name, num_drafts=method_spec.num_drafts, draft_length=method_spec.draft_length,
                           options=method_spec.options, temperature=temperature, **settings)  # bad options fail before loading
-    pair = load_pair(target, method_spec.draft)
+    pair = load_pair(target, method_spec.draft, tokenizer=tokenizer)
     prompt_ids = pair.tokenizer.encode(prompt)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
     draft_model = pair.draft if config.speculative else None
-    Decoder(pair.target, draft_model, [prompt_ids], config)  # validates prompt and vocabularies up front
+    Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)  # validates prompt, vocabularies, stop
     # warm-up (one-time allocations), not timed
     generate_with(pair.target, pair.draft, prompt_ids, "ar", max_new_tokens=2)
 

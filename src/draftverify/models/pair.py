@@ -50,22 +50,25 @@ def _embedded(part: str) -> Path:
     return path
 
 
-def load_pair(target: str | Path | None = None, draft: str | Path | None = None) -> ModelPair:
+def load_pair(target: str | Path | None = None, draft: str | Path | None = None, *,
+              tokenizer: str | Path | None = None) -> ModelPair:
     """The target and draft to decode with.
 
     ``target``: a ``transformers`` folder (default: the embedded target, with the embedded
-    tokenizer); its tokenizer comes from the same folder. ``draft``: a folder, ``"ngram"`` for the
+    tokenizer); its tokenizer comes from the same folder, or from the folder ``tokenizer`` (a
+    ``train-pair`` output keeps it in ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the
     embedded n-gram drafter, or None for the embedded transformer draft. Models must be local
     paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
     ``ValueError``.
     """
     if target is None:
-        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=_embedded("tokenizer"))
+        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=tokenizer or _embedded("tokenizer"))
     else:
-        target_model = TransformersModel.from_pretrained(target)
+        target_model = TransformersModel.from_pretrained(target, tokenizer=tokenizer)
     if target_model.tokenizer is None:
-        raise FileNotFoundError(f"{target}: no tokenizer next to the target model")
+        raise FileNotFoundError(f"{target}: no tokenizer next to the target model; name its folder with "
+                                f"tokenizer= (generate --tokenizer)")
     if draft is None:
         draft_model, name = TransformersModel.from_pretrained(_embedded("draft")), "draft"
     elif str(draft) == "ngram":

@@ -18,6 +18,7 @@ target's, across calls of the ordinary decoding loop (passing ``state`` along).
 from __future__ import annotations
 
 import dataclasses
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -184,7 +185,27 @@ def get_verifier(name: str, **options: Any) -> Verifier:
         takes = ", ".join(sorted(allowed)) or "no options"
         raise ValueError(f"verifier {name!r} does not take option(s) {', '.join(unknown)}; it takes {takes}")
     check_option_values(name, options)
-    return cls(**options)
+    return cls(**_loaded(cls, options))
+
+
+def _loaded(cls: type[Verifier], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with each option the verifier class lists in ``loaders`` (``{"classifier":
+    "module:function"}``) turned from a name, a path or None into its object by that function.
+    The loader lives in the layer that owns such objects (SPRINTER's trained classifier in
+    ``draftverify.approx``) and is imported only here, by name, when a verifier is built from
+    text; the verifier itself keeps taking the object."""
+    loaders = getattr(cls, "loaders", {})
+    if not loaders:
+        return options
+    import importlib
+
+    options = dict(options)
+    for option, where in loaders.items():
+        value = options.get(option)
+        if value is None or isinstance(value, (str, os.PathLike)):
+            module, _, function = where.partition(":")
+            options[option] = getattr(importlib.import_module(module), function)(value)
+    return options
 
 
 def verifiers() -> list[VerifierInfo]:
