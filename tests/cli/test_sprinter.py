@@ -52,7 +52,7 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
                  "--max-new-tokens", "3"]) == 0
     capsys.readouterr()
 
-    code = main(["sprinter", "report", *pair, "--classifier", str(out / "classifier.json"), "--prompts", "2",
+    code = main(["sprinter", "report", *pair, "--classifier", str(out / "classifier.json"), "--num-prompts", "2",
                  "--max-new-tokens", "5", "--results-dir", str(tmp_path / "results"),
                  "--img-dir", str(tmp_path / "img")])
     assert code == 0
@@ -61,7 +61,7 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
     rows = {r["method"]: r for r in result["rows"]}
     assert len(result["settings"]["thresholds"]) == 7  # 0, five yes-share thresholds, 1
     command = (tmp_path / "results" / "sprinter.md").read_text().split("Command: `")[1].split("`")[0]
-    assert "--thresholds" not in command and "--prompts 2" in command  # what was set, no empty option
+    assert "--thresholds" not in command and "--num-prompts 2" in command  # what was set, no empty option
     assert rows["sd"]["speedup_vs_sd"] == pytest.approx(1.0)
     assert all(0 <= r["rouge_l_vs_canonical"] <= 1 for r in result["rows"])
     assert rows["sprinter tau=1"]["audit_yes_share"] == 0.0 and rows["sprinter tau=1"]["audit_tv_theory"] == 0.0

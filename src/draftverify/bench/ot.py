@@ -204,7 +204,7 @@ def markdown(results: list[dict], meta: dict) -> str:
 def distributions(args: argparse.Namespace) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """The (target, draft) pairs the grid runs on, from ``args.source``, and their description."""
     if args.source == "pair":
-        pairs, info = model_pairs(args.tokens, args.prompts, args.seed)
+        pairs, info = model_pairs(args.tokens, args.num_prompts, args.seed)
         return pairs, {"source": "pair", **info, "tokens": len(pairs), "seed": args.seed}
     rng = np.random.default_rng(args.seed)
     pairs = [synthetic_pair(rng, args.vocab, args.noise) for _ in range(args.tokens)]

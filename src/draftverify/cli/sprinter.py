@@ -83,7 +83,7 @@ def report(
     target: Target = None,
     draft: Draft = None,
     classifier: Annotated[str | None, typer.Option(help="A saved classifier.", show_default="the shipped one")] = None,
-    prompts: Annotated[int, typer.Option(min=1, help="HumanEval prompts.")] = 20,
+    num_prompts: Annotated[int, typer.Option(min=1, help="The first N HumanEval prompts.")] = 20,
     max_new_tokens: MaxNewTokens = 48,
     thresholds: Annotated[list[float] | None, typer.Option(
         min=0.0, max=1.0, metavar="TAU...", help="Decision thresholds tau of the classifier.",
@@ -98,12 +98,12 @@ def report(
     from ..approx.render import write_report
     from ..approx.report import ReportSettings, run_report
 
-    settings = ReportSettings(prompts=prompts, max_new_tokens=max_new_tokens,
+    settings = ReportSettings(prompts=num_prompts, max_new_tokens=max_new_tokens,
                               thresholds=tuple(thresholds) if thresholds else None,
                               draft_length=draft_length, sprinter_cap=sprinter_cap, seed=seed)
     pair = _load(target, draft)
     with progress_bar(ctx) as progress:
-        task = progress.add_task("sprinter, sd and ar on the prompts", total=prompts)
+        task = progress.add_task("sprinter, sd and ar on the prompts", total=num_prompts)
 
         def prompt_done(line: str) -> None:  # the bar counts prompts; without a bar the lines print
             progress.advance(task)

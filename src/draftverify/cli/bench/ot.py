@@ -27,7 +27,7 @@ def ot(
         "(cells above are skipped).")] = (300_000, 4_000_000, 4_000_000),
     source: Annotated[Literal["synthetic", "pair"], typer.Option(
         help="synthetic: LM-like pairs; pair: the embedded model pair on HumanEval continuations.")] = "synthetic",
-    prompts: Annotated[int, typer.Option(min=1, help="With --source pair: HumanEval prompts the positions come from.")] = 4,
+    num_prompts: Annotated[int, typer.Option(min=1, help="With --source pair: HumanEval prompts the positions come from.")] = 4,
     vocab: Annotated[int, typer.Option(min=2, help="With --source synthetic: the vocabulary V.")] = 32000,
     noise: Annotated[float, typer.Option(min=0.0, help="With --source synthetic: the standard deviation of the draft logits around the target's.")] = 0.65,
     seed: Seed = 0,
