@@ -65,6 +65,9 @@ def demo(
             quiet_transformers()
             print("== the embedded pair on HumanEval/0 (temperature 1) ==")
             compare(max_new_tokens=max_new_tokens, progress=progress)
+            print(f"one run of {max_new_tokens} tokens per method on one prompt: tokens/s and speedups move a lot "
+                  "from run to run on a shared CPU (sd has read 1.8x, then 0.3x); for repeated runs with "
+                  "intervals, run `draftverify bench speed` (docs/results/speed.md).")
             print()
         print(f"== exactness on a known-law Markov pair (V = 4, order 2, L = {draft_length}, {samples} sequences) ==")
         print(f"{'verifier':<20}{'K':>3}{'tokens/call':>13}{'acceptance':>12}{'p-value':>10}{'TV':>8}"
