@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
+from ..engine.config import GREEDY  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 from ..verify import MethodSpec, parse_method, typed_options
 
 __all__ = ["GREEDY", "DraftFolder", "JsonFile", "OptionItems", "Seed", "TargetFolder", "method_from_args"]
 
-GREEDY = "greedy"  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 
 Seed = Annotated[int, typer.Option(min=0, max=2**64 - 1, help="Random seed, an int in [0, 2**64 - 1].")]
 OptionItems = Annotated[list[str], typer.Option(
