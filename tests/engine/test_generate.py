@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from draftverify.engine import DecodeConfig
 from draftverify.engine.generate import generate, generate_batch, stream
@@ -20,6 +21,7 @@ TARGET, DRAFT = ToyModel(PAIR.target), ToyModel(PAIR.draft)
         (dict(prompt_ids=5), "prompt_ids"),
         (dict(prompt_ids=[1, "a"]), "prompt_ids"),
         (dict(prompt_ids=[1, 2.5]), "prompt_ids"),
+        (dict(prompt_ids=torch.tensor(3)), "prompt_ids"),
         (dict(prompt_ids=[1], seed="abc"), "seed"),
         (dict(prompt_ids=[1], seed=2**64), "seed"),
         (dict(prompt_ids=[1], seed=-1), "seed"),
@@ -46,3 +48,4 @@ def test_greedy_decodes_at_temperature_0_when_none_is_given():
     assert DecodeConfig("greedy", temperature=0).temperature == 0
     result = generate(TARGET, DRAFT, [1, 2], method="greedy", max_new_tokens=3)
     assert len(result.tokens) == 3
+    assert generate(TARGET, DRAFT, torch.tensor([1, 2]), method="greedy", max_new_tokens=3).tokens == result.tokens

@@ -19,6 +19,7 @@ __all__ = ["generate", "generate_batch", "stream"]
 def _prompts(prompts: Any) -> list[list[int]]:
     """``prompts`` as lists of token ids; ``ValueError`` naming what is not a sequence of ints (a
     text must be encoded first: ``pair.tokenizer.encode(text)``)."""
+    prompts = prompts.tolist() if hasattr(prompts, "tolist") else prompts  # a tensor or array [B, n]
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
         raise ValueError(f"prompts: expected a sequence of token-id sequences, got {type(prompts).__name__}")
     rows = []
@@ -27,6 +28,8 @@ def _prompts(prompts: Any) -> list[list[int]]:
             raise ValueError(f"prompt_ids: expected a sequence of token ids (ints), got {type(prompt).__name__}; "
                              "encode a text first (pair.tokenizer.encode(text))")
         row = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)
+        if not isinstance(row, list):  # a 0-d tensor
+            raise ValueError(f"prompt_ids: expected a sequence of token ids, prompt {i} is a single {type(row).__name__}")
         bad = next((t for t in row if not isinstance(t, numbers.Integral) or isinstance(t, bool)), None)
         if bad is not None:
             raise ValueError(f"prompt_ids: token ids must be ints, prompt {i} has {bad!r}")
