@@ -26,7 +26,7 @@ test: $(STAMP)
 
 # retrain the embedded pair (about three hours on 2 idle cores: two of joint training, one of distilling the draft); writes src/draftverify/assets/pair
 train-pair: $(STAMP)
-	$(VENV)/bin/draftverify train-pair --seed 0 --minutes 120 --distill-steps 3300
+	$(VENV)/bin/draftverify train-pair --seed 0 --minutes 120 --distill-steps 3300 --output src/draftverify/assets/pair
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -168,7 +168,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
     specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
-    prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.prompts)]
+    prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.num_prompts)]
     settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, draft_length=args.draft_length)
     ours = dict(settings, ignore_eos=True)  # every method generates exactly max_new_tokens
     # warm-up, not timed

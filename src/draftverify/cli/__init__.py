@@ -69,5 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         context = getattr(error, "ctx", None)
         path = context.command_path if context is not None else "draftverify"
         message, code = error.format_message(), error.exit_code
+        if not message.strip():  # no command given: the help is already printed, and says it all
+            return code
     print(f"{path}: error: {' '.join(message.split())}", file=sys.stderr)
     return code

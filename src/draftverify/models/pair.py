@@ -58,12 +58,14 @@ def _embedded(part: str) -> Path:
     return path
 
 
-def load_pair(target: str | Path | None = None, draft: str | Path | None = None) -> ModelPair:
+def load_pair(target: str | Path | None = None, draft: str | Path | None = None, *,
+              tokenizer: str | Path | None = None) -> ModelPair:
     """The target and draft to decode with.
 
     ``target``: ``"smollm2"`` or None (the default pair), ``"tiny"`` (the embedded 7M pair), a
     ``.gguf`` file (converted once, see :mod:`.gguf`) or a ``transformers`` folder; the tokenizer
-    comes with the target. ``draft``: a folder, ``"ngram"`` for the tiny pair's n-gram drafter, or
+    comes with the target, or from the folder ``tokenizer`` (a ``train-pair`` output keeps it in
+    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the tiny pair's n-gram drafter, or
     None for the named pair's own draft (a file or folder target needs one named). Models must be
     local paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
@@ -71,17 +73,19 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None)
     """
     name = "smollm2" if target is None else str(target)
     if name == "tiny":
-        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=_embedded("tokenizer"))
+        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=tokenizer or _embedded("tokenizer"))
         own_draft = _embedded("draft")
     elif name == "smollm2" or name.endswith(".gguf"):
         from .gguf import converted_folder
 
-        target_model = TransformersModel.from_pretrained(converted_folder(None if name == "smollm2" else name))
+        target_model = TransformersModel.from_pretrained(converted_folder(None if name == "smollm2" else name),
+                                                         tokenizer=tokenizer)
         own_draft = SMOLLM2_DRAFT if name == "smollm2" else None
     else:
-        target_model, own_draft = TransformersModel.from_pretrained(target), None
+        target_model, own_draft = TransformersModel.from_pretrained(target, tokenizer=tokenizer), None
     if target_model.tokenizer is None:
-        raise FileNotFoundError(f"{target}: no tokenizer next to the target model")
+        raise FileNotFoundError(f"{target}: no tokenizer next to the target model; name its folder with "
+                                f"tokenizer= (generate --tokenizer)")
     if draft is None:
         if own_draft is None:
             raise ValueError(f"target {name!r} has no draft of its own: name one with draft=...")

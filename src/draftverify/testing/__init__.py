@@ -2,20 +2,28 @@
 
 ``check_exactness(verifier, ...)`` decodes many sequences from a seeded Markov pair through any
 object with the verifier contract's ``verify`` and tests the law of the first N tokens against the
-target's, enumerated exactly. ``exact_sequence_law`` computes that law with no sampling at all.
+target's, enumerated exactly; a test it cannot judge is "inconclusive", never passed.
+``exact_sequence_law`` computes that law with no sampling at all.
 """
 
-from .checker import DecodeTrace, ExactnessReport, check_exactness, decode_known_law, exact_sequence_law, goodness_of_fit
+from .checker import (
+    FAILED, INCONCLUSIVE, PASSED, DecodeTrace, ExactnessReport, check_exactness, decode_known_law, detectable_tv,
+    exact_sequence_law, goodness_of_fit,
+)
 from .enumerate import enumerate_outcomes, exact_output_law
 from .markov import KnownLawPair, MarkovModel, random_pair
 
 __all__ = [
     "DecodeTrace",
+    "FAILED",
+    "INCONCLUSIVE",
+    "PASSED",
     "ExactnessReport",
     "KnownLawPair",
     "MarkovModel",
     "check_exactness",
     "decode_known_law",
+    "detectable_tv",
     "enumerate_outcomes",
     "exact_output_law",
     "exact_sequence_law",
