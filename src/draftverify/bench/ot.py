@@ -68,14 +68,14 @@ def model_pairs(num_positions: int, prompts: int = 4, seed: int = 0, pair=None) 
     early at eos, so later prompts in file order top up), and take at every position the target's
     distribution it was drawn from and the draft's teacher-forced distribution over the same
     prefix (``draftverify.train.measure``). ``pair``: a ``ModelPair`` with a transformers draft
-    (default: ``load_pair()``, the embedded pair). Returns the pairs and a description.
+    (default: ``load_pair("tiny")``, the embedded tiny pair, whose figures the results page holds). Returns the pairs and a description.
     """
     import torch
 
     from ..models import load_pair
     from ..train.measure import humaneval_prompts, sample_continuation, teacher_forced_probs
 
-    pair = load_pair() if pair is None else pair
+    pair = load_pair("tiny") if pair is None else pair
     target, draft, tokenizer = pair.target.model, pair.draft.model, pair.tokenizer
     per_prompt = -(-num_positions // prompts)
     config = pair.target.config

@@ -18,8 +18,8 @@ Seed = Annotated[int, typer.Option(min=0, max=2**64 - 1, help="Random seed, an i
 OptionItems = Annotated[list[str], typer.Option(
     metavar="KEY=VALUE", show_default=False,
     help="A verifier option, as inside the method's parentheses, e.g. --option fraction=0.5 (repeatable).")]
-TargetFolder = Annotated[str | None, typer.Option(help="Target model folder.", show_default="the embedded pair")]
-DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the embedded pair")]
+TargetFolder = Annotated[str | None, typer.Option(help="Target: 'smollm2' (the default pair), 'tiny' (the embedded 7M pair), a .gguf file or a local transformers folder.", show_default="smollm2")]
+DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the named target's own draft")]
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 
 

@@ -10,7 +10,7 @@ import typer
 
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from ._command import above, quiet_transformers
-from ._options import OptionItems, Seed, method_from_args
+from ._options import OptionItems, Seed, TargetFolder, method_from_args
 
 __all__ = ["generate"]
 
@@ -33,10 +33,9 @@ def generate(
     stop: Annotated[list[str], typer.Option(metavar="TEXT", help="A stop string (repeatable).",
                                             show_default="none")] = [],
     seed: Seed = 0,
-    target: Annotated[str | None, typer.Option(help="Target model folder (a local transformers model).",
-                                               show_default="the embedded pair")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model folder (a local transformers model), or 'ngram'.",
-                                              show_default="the embedded pair")] = None,
+    target: TargetFolder = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model folder (a local transformers model), or 'ngram' "
+                                              "with --target tiny.", show_default="the named target's own draft")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder, e.g. the tokenizer/ of a train-pair "
                                                   "output.", show_default="the target's folder")] = None,
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also time plain target sampling and "

@@ -19,9 +19,9 @@ _DOCS = Path("docs")
 
 app = typer.Typer(help="SPRINTER (approximate, seed 003): train its classifier, report its cost.")
 
-Target = Annotated[str | None, typer.Option(help="Target model folder.", show_default="the embedded pair")]
+Target = Annotated[str | None, typer.Option(help="Target model folder, or 'tiny'.", show_default="tiny (the shipped classifier's pair)")]
 Draft = Annotated[str | None, typer.Option(help="Draft model folder (a transformers model).",
-                                           show_default="the embedded pair")]
+                                           show_default="the tiny pair's draft")]
 MaxNewTokens = Annotated[int, typer.Option(min=1, help="Tokens generated per prompt.")]
 
 
@@ -112,7 +112,7 @@ def report(
 
         result = run_report(pair, settings, classifier=classifier, log=prompt_done)
     embedded = target is None and draft is None
-    result["pair"] = "the embedded pair" if embedded else f"target {target or 'embedded'}, draft {draft or 'embedded'}"
+    result["pair"] = "the tiny pair" if embedded else f"target {target or 'tiny'}, draft {draft or 'its own'}"
     result["classifier"] = classifier or "the one shipped with the embedded pair"
     roc_path = (Path(classifier).parent if classifier else DEFAULT_CLASSIFIER.parent) / "roc.json"
     roc = json.loads(roc_path.read_text()) if roc_path.exists() else None
@@ -127,7 +127,7 @@ def _load(target: str | None, draft: str | None):
     quiet_transformers()
     from ..models.pair import load_pair
 
-    pair = load_pair(target, draft)
+    pair = load_pair(target or "tiny", draft)  # the shipped classifier reads the tiny pair's draft
     if pair.draft_name == "ngram":
         raise ValueError("SPRINTER's classifier reads the draft's hidden state: use a transformers draft")
     return pair
