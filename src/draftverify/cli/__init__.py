@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, check, demo, generate, list_verifiers, sprinter, theory, train_draft, train_pair
+from . import bench, check, conform, demo, generate, list_verifiers, sprinter, theory, train_draft, train_pair
 from ._command import Command, CommandError
 from ._progress import Settings
 
@@ -49,6 +49,7 @@ def _top_level(
 
 app.command("demo", cls=Command)(demo.demo)
 app.command("check", cls=Command)(check.check)
+app.command("conform", cls=Command)(conform.conform)
 app.command("list", cls=Command)(list_verifiers.list_verifiers)
 app.command("generate", cls=Command)(generate.generate)
 app.add_typer(bench.app, name="bench")
