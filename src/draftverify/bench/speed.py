@@ -269,7 +269,7 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
     return dict(
         command=_command(args),
-        settings=dict(prompts=args.prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        settings=dict(prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       draft_length=args.draft_length, multi=args.multi, tiny=args.tiny,
                       threads=torch.get_num_threads()),
         target_seconds_per_call_ar=target_call,
