@@ -38,10 +38,13 @@ def conform(
         callback=above(0), help="Seconds one call may take before it counts as hung.")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> int:
-    """Check a verifier against the exact law: the law by sampling on a known-law model, and probes
-    of the boundary cases sampling almost never reaches (uniforms of exactly 0 and just below 1,
-    zero-probability drafts, empty residuals, one-hot targets, disjoint supports, rows without
-    drafts, NaN and inf rows, seeds). Exit status 0: every check passed; 1: one failed."""
+    """Check another engine's verifier against the exact law.
+
+    The law by sampling on a known-law model, and probes of the boundary cases sampling almost
+    never reaches (uniforms of exactly 0 and just below 1, zero-probability drafts, empty residuals,
+    one-hot targets, disjoint supports, rows without drafts, NaN and inf rows, seeds). Exit status
+    0: every check passed; 1: one failed; 2: a usage error.
+    """
     from ..testing import conform as run_conform
     from ..testing.conform_probes import PROBES
 
