@@ -1,6 +1,6 @@
-"""`draftverify demo`: the main job on the embedded default, then the exactness table.
+"""`draftverify demo`: the main job on the default pair, then the exactness table.
 
-1. A HumanEval prompt completed by the embedded model pair with ``ar`` and the main methods, with
+1. A chat prompt answered by the default pair (SmolLM2-135M-Instruct and its draft) with ``ar`` and the main methods, with
    tokens/s, speedup over ``ar`` (same run), acceptance and tokens per target call.
 2. Every exact verifier decoded through the checker on a seeded known-law Markov pair: tokens per
    target call, acceptance pooled over verified tokens, the exactness p-value and the checker's result.
@@ -54,16 +54,16 @@ def demo(
     ctx: typer.Context,
     samples: Annotated[int, typer.Option(min=1, help="Decoded sequences per verifier in the exactness table.")] = 2000,
     draft_length: Annotated[int, typer.Option(min=1, help="L, tokens per draft in the exactness table.")] = 2,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens each method generates on the prompt.")] = 48,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens each method generates on the prompt.")] = 96,
     skip_models: Annotated[bool, typer.Option("--skip-models", help="Only the exactness table.")] = False,
 ) -> int:
-    """Compare methods on the embedded pair, then check every verifier's exactness."""
+    """Answer one chat prompt with each method on the default pair, then check every verifier's exactness."""
     with progress_bar(ctx) as progress:
         if not skip_models:
             from ..bench.compare import compare
 
             quiet_transformers()
-            print("== the embedded pair on HumanEval/0 (temperature 1) ==")
+            print("== SmolLM2-135M-Instruct with its draft, one chat prompt (temperature 1) ==")
             compare(max_new_tokens=max_new_tokens, progress=progress)
             print(f"one run of {max_new_tokens} tokens per method on one prompt: tokens/s and speedups move a lot "
                   "from run to run on a shared CPU (sd has read 1.8x, then 0.3x); for repeated runs with "

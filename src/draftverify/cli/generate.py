@@ -38,10 +38,12 @@ def generate(
                                               "with --target tiny.", show_default="the named target's own draft")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder, e.g. the tokenizer/ of a train-pair "
                                                   "output.", show_default="the target's folder")] = None,
+    chat: Annotated[bool | None, typer.Option("--chat/--no-chat", help="Send the prompt as a user message in the "
+                                              "tokenizer's chat template.", show_default="on when the tokenizer has one")] = None,
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also time plain target sampling and "
                                              "report the speedup.")] = False,
 ) -> int:
-    """Generate text with draft-then-verify decoding (default: the embedded model pair)."""
+    """Generate text with draft-then-verify decoding (default: SmolLM2-135M-Instruct and its draft)."""
     if not prompt.strip():
         raise ValueError("the prompt is empty")
     method_spec = method_from_args(method, [("--option", item) for item in option], num_drafts=num_drafts,
@@ -49,21 +51,23 @@ def generate(
     quiet_transformers()
     from ..engine import DecodeConfig, Decoder
     from ..engine.generate import generate as generate_with
+    from ..models.chat import encode_prompt, has_chat_template
     from ..models.pair import load_pair
 
     settings = dict(top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed)
     config = DecodeConfig(method_spec.name, num_drafts=method_spec.num_drafts, draft_length=method_spec.draft_length,
                           options=method_spec.options, temperature=temperature, **settings)  # bad options fail before loading
     pair = load_pair(target, method_spec.draft, tokenizer=tokenizer)
-    prompt_ids = pair.tokenizer.encode(prompt)
+    prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
     draft_model = pair.draft if config.speculative else None
     Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)  # validates prompt, vocabularies, stop
-    # warm-up (one-time allocations), not timed
-    generate_with(pair.target, pair.draft, prompt_ids, "ar", max_new_tokens=2)
+    # warm-up of both models (one-time allocations and weight packing), not timed: tokens/s counts decoding only
+    generate_with(pair.target, draft_model, prompt_ids, "sd" if draft_model else "ar", max_new_tokens=2,
+                  **({"draft_length": 2} if draft_model else {}))
 
-    sys.stdout.write(prompt)
+    sys.stdout.write(prompt + ("\n\n" if chat is not False and has_chat_template(pair.tokenizer) else ""))
     sys.stdout.flush()
     decoder = Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)
     start, shown, steps = time.perf_counter(), "", []
