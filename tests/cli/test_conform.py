@@ -10,7 +10,7 @@ from draftverify.cli import main
 
 
 def test_our_verifier_passes(capsys):
-    assert main(["conform", "draftverify", "--samples", "300"]) == 0
+    assert main(["conform", "draftverify", "--samples", "800"]) == 0
     out = capsys.readouterr().out
     assert "conform draftverify sd (layout: flattened;" in out and "): PASS" in out
     assert "| uniform-zero | pass |" in out and "what each check proves" in out

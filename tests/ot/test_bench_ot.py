@@ -12,7 +12,7 @@ from draftverify.cli import main
 
 def test_bench_ot_writes_json_and_a_table(tmp_path, capsys):
     out, table = tmp_path / "ot.json", tmp_path / "ot.md"
-    code = main(["bench", "ot", "--top-k", "5", "--drafts", "2", "--tokens", "2", "--vocab-size", "50",
+    code = main(["bench", "ot", "--top-k", "5", "--num-drafts", "2", "--tokens", "2", "--vocab", "50",
                  "--methods", "maxflow", "maxflow-cs", "gr@0.001", "--json", str(out), "--markdown", str(table)])
     assert code == 0
     results = json.loads(out.read_text())["results"]

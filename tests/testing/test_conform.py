@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from draftverify.testing import conform
-from draftverify.testing.conform_probes import PROBES, detectable_tv
+from draftverify.testing.conform_probes import PROBES
 
 from . import conform_twins as twins
 
@@ -153,9 +153,3 @@ def test_module_function_is_loaded_from_the_current_folder(tmp_path, monkeypatch
 def test_usage_errors_are_value_errors(arguments, words):
     with pytest.raises(ValueError, match=words):
         conform(**arguments)
-
-
-def test_detectable_tv_shrinks_as_one_over_root_samples():
-    assert detectable_tv(40000, 50) == pytest.approx(detectable_tv(10000, 50) / 2)
-    assert 0.02 < detectable_tv(10000, 50) < 0.05
-    assert detectable_tv(10000, 200) > detectable_tv(10000, 50)  # more cells, less power per cell

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare", "format_table"]
 
-DEMO_SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
+DEMO_SPECS = ("ar", "sd", "bv")
+DEMO_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
 
 @dataclass(frozen=True)
@@ -88,24 +89,24 @@ def compare(
     out: TextIO = sys.stdout,
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
-    """Complete ``prompt`` (default: HumanEval/0) with each method; print the prompt, each
-    method's completion under a ``# --- method ---`` line, and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
+    """Answer ``prompt`` (default: :data:`DEMO_PROMPT`, as a chat message where the tokenizer has a
+    template) with each method; print the prompt, each method's text under a ``# --- method ---``
+    line, and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
 
-    Default models: the embedded pair, its transformer draft as ``"draft"`` and its n-gram drafter
-    as ``"ngram"``. ``progress`` (see :mod:`.progress`) follows the methods. Returns the table rows.
+    Default models: the default pair (``load_pair()``) with its draft as ``"draft"``.
+    ``progress`` (see :mod:`.progress`) follows the methods. Returns the table rows.
     """
+    from ..models.chat import encode_prompt
+
     if target is None:
-        from ..models.pair import load_ngram_draft, load_pair
+        from ..models.pair import load_pair
 
         pair = load_pair()
         target, tokenizer = pair.target, pair.tokenizer
-        drafts = {"draft": pair.draft, "ngram": load_ngram_draft(pair.target)}
+        drafts = {"draft": pair.draft}
     drafts = drafts or {}
-    if prompt is None:
-        from ..train.measure import humaneval_prompts
-
-        prompt = humaneval_prompts(1)[0]
-    prompt_ids = tokenizer.encode(prompt)
+    prompt = DEMO_PROMPT if prompt is None else prompt
+    prompt_ids = encode_prompt(tokenizer, prompt)
     settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, draft_length=draft_length, seed=seed)
     for spec in specs:  # warm-up: one-time allocations are not timed
         run_spec(spec, target, drafts, prompt_ids, **{**settings, "max_new_tokens": 2})

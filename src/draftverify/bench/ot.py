@@ -68,14 +68,14 @@ def model_pairs(num_positions: int, prompts: int = 4, seed: int = 0, pair=None) 
     early at eos, so later prompts in file order top up), and take at every position the target's
     distribution it was drawn from and the draft's teacher-forced distribution over the same
     prefix (``draftverify.train.measure``). ``pair``: a ``ModelPair`` with a transformers draft
-    (default: ``load_pair()``, the embedded pair). Returns the pairs and a description.
+    (default: ``load_pair("tiny")``, the embedded tiny pair, whose figures the results page holds). Returns the pairs and a description.
     """
     import torch
 
     from ..models import load_pair
     from ..train.measure import humaneval_prompts, sample_continuation, teacher_forced_probs
 
-    pair = load_pair() if pair is None else pair
+    pair = load_pair("tiny") if pair is None else pair
     target, draft, tokenizer = pair.target.model, pair.draft.model, pair.tokenizer
     per_prompt = -(-num_positions // prompts)
     config = pair.target.config
@@ -204,19 +204,19 @@ def markdown(results: list[dict], meta: dict) -> str:
 def distributions(args: argparse.Namespace) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """The (target, draft) pairs the grid runs on, from ``args.source``, and their description."""
     if args.source == "pair":
-        pairs, info = model_pairs(args.tokens, args.prompts, args.seed)
+        pairs, info = model_pairs(args.tokens, args.num_prompts, args.seed)
         return pairs, {"source": "pair", **info, "tokens": len(pairs), "seed": args.seed}
     rng = np.random.default_rng(args.seed)
-    pairs = [synthetic_pair(rng, args.vocab_size, args.noise) for _ in range(args.tokens)]
+    pairs = [synthetic_pair(rng, args.vocab, args.noise) for _ in range(args.tokens)]
     return pairs, {"source": "synthetic", "generator": "draftverify.bench.ot.synthetic_pair",
-                   "vocab_size": args.vocab_size, "noise": args.noise, "tokens": args.tokens, "seed": args.seed}
+                   "vocab_size": args.vocab, "noise": args.noise, "tokens": args.tokens, "seed": args.seed}
 
 
 def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     full, source = distributions(args)
     truncated = {k: [(target, top_k(draft, k)) for target, draft in full] for k in args.top_k}
     results = []
-    cells = list(itertools.product(args.top_k, args.drafts))
+    cells = list(itertools.product(args.top_k, args.num_drafts))
     for k, n in track(progress, cells, "cells (top-k, drafts)"):
         for cell in _cell(truncated[k], k, n, list(dict.fromkeys(args.methods)), args, np.random.default_rng([args.seed, k, n])):
             results.append(cell)

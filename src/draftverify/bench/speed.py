@@ -149,7 +149,7 @@ def _models(args) -> tuple[Any, dict[str, Any], Any]:
 
     pair = load_pair(args.target, args.draft)
     drafts = {"draft": pair.draft}
-    if not args.no_ngram:
+    if not args.no_ngram and (args.ngram or args.target == "tiny"):  # the shipped n-gram drafter is the tiny pair's
         drafts["ngram"] = load_ngram_draft(pair.target, args.ngram)
     return pair.target, drafts, pair.tokenizer
 
@@ -157,6 +157,7 @@ def _models(args) -> tuple[Any, dict[str, Any], Any]:
 def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
+    from ..models.chat import encode_prompt
     from ..train.measure import humaneval_prompts
 
     hf_logging.set_verbosity_error()
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
     specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
-    prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.prompts)]
+    prompts = [encode_prompt(tokenizer, p) for p in humaneval_prompts(args.num_prompts)]  # chat where there is a template
     settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, draft_length=args.draft_length)
     ours = dict(settings, ignore_eos=True)  # every method generates exactly max_new_tokens
     # warm-up, not timed
@@ -191,7 +192,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
     report = _report(totals, args, target)
     if args.batch:
-        batch_prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.batch)]
+        batch_prompts = [encode_prompt(tokenizer, p) for p in humaneval_prompts(args.batch)]
         report["batch"] = batch_speed(target, drafts, batch_prompts, BATCH_SPECS, args.seed, **ours)
         sd_batch = next(r for r in report["batch"] if r["method"] == "sd")
         report["goals"]["sd_batch_vs_single"] = sd_batch["batch_vs_single"]
@@ -269,7 +270,7 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
     return dict(
         command=_command(args),
-        settings=dict(prompts=args.prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        settings=dict(prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       draft_length=args.draft_length, multi=args.multi, tiny=args.tiny,
                       threads=torch.get_num_threads()),
         target_seconds_per_call_ar=target_call,

@@ -170,8 +170,8 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     }
     print(json.dumps(report))
     _print_tables(report, names)
-    if args.output:
-        with open(args.output, "w") as handle:
+    if args.json:
+        with open(args.json, "w") as handle:
             json.dump(report, handle, indent=1)
     return 0
 

@@ -169,14 +169,14 @@ def temperature(
 def kseq(
     target: Annotated[np.ndarray | None, _law("The target law.", "0.9,0.1")] = None,
     draft: Annotated[np.ndarray | None, _law("The draft law.", "0.5,0.5")] = None,
-    drafts: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Numbers of i.i.d. drafts K.")] = [1, 2, 4],
+    num_drafts: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Numbers of i.i.d. drafts K.")] = [1, 2, 4],
 ) -> int:
     """K-SEQ, alpha* and SpecTr-GBV's claim for K i.i.d. drafts at one position."""
     target = np.array([0.9, 0.1]) if target is None else target
     draft = np.array([0.5, 0.5]) if draft is None else draft
     _same_size(target, draft)
     rows = []
-    for k in drafts:
+    for k in num_drafts:
         values = theory.multidraft_acceptance(target, draft, k)
         rho = float(theory.kseq_rho(target, draft, k))
         rows.append([k, rho, values.kseq, values.optimal, values.kseq_guarantee, values.spectr_gbv_claim])

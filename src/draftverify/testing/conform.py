@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from .conform_adapters import Adapter, Contract, Flattened, Transformers
-from .conform_probes import FAIL, PROBES, CheckResult, ProbeSettings
+from .conform_probes import FAIL, NOT_APPLICABLE, PASS, PROBES, CheckResult, ProbeSettings
 
 __all__ = ["ConformanceReport", "DEFAULT_SAMPLES", "LAYOUTS", "conform"]
 
@@ -52,8 +52,9 @@ class ConformanceReport:
 
     @property
     def passed(self) -> bool:
-        """No check failed (n/a checks, which this adapter cannot express, do not count)."""
-        return all(check.status != FAIL for check in self.checks)
+        """Every check passed (n/a checks, which this adapter cannot express, do not count; an
+        inconclusive law check is not a pass)."""
+        return all(check.status in (PASS, NOT_APPLICABLE) for check in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}

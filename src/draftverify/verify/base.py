@@ -18,6 +18,7 @@ target's, across calls of the ordinary decoding loop (passing ``state`` along).
 from __future__ import annotations
 
 import dataclasses
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -159,7 +160,8 @@ def get_verifier(name: str, **options: Any) -> Verifier:
 
     ``name`` may carry its options in the method grammar of :mod:`.spec`, e.g.
     ``get_verifier("ot(solver=gr,tol=1e-4)")``. Unknown names and options raise ``ValueError``
-    listing what exists; so does an option value of the wrong type.
+    listing what exists; so does an option value of the wrong type, and an option written in ``name``
+    and passed as a keyword with another value.
     """
     from .spec import check_option_values, parse_method  # spec imports this module
 
@@ -169,6 +171,9 @@ def get_verifier(name: str, **options: Any) -> Verifier:
         spec = parse_method(name)
         if spec.draft is not None or spec.num_drafts is not None or spec.draft_length is not None:
             raise ValueError(f"{name!r}: K, L and @draft are decoding settings; get_verifier takes the verifier alone")
+        clash = sorted(k for k in set(spec.options) & set(options) if spec.options[k] != options[k])
+        if clash:
+            raise ValueError(f"{name!r} and the keyword options disagree on {', '.join(clash)}")
         name, options = spec.name, {**spec.options, **options}
     _ensure_loaded()
     if name not in _REGISTRY:
@@ -180,7 +185,27 @@ def get_verifier(name: str, **options: Any) -> Verifier:
         takes = ", ".join(sorted(allowed)) or "no options"
         raise ValueError(f"verifier {name!r} does not take option(s) {', '.join(unknown)}; it takes {takes}")
     check_option_values(name, options)
-    return cls(**options)
+    return cls(**_loaded(cls, options))
+
+
+def _loaded(cls: type[Verifier], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with each option the verifier class lists in ``loaders`` (``{"classifier":
+    "module:function"}``) turned from a name, a path or None into its object by that function.
+    The loader lives in the layer that owns such objects (SPRINTER's trained classifier in
+    ``draftverify.approx``) and is imported only here, by name, when a verifier is built from
+    text; the verifier itself keeps taking the object."""
+    loaders = getattr(cls, "loaders", {})
+    if not loaders:
+        return options
+    import importlib
+
+    options = dict(options)
+    for option, where in loaders.items():
+        value = options.get(option)
+        if value is None or isinstance(value, (str, os.PathLike)):
+            module, _, function = where.partition(":")
+            options[option] = getattr(importlib.import_module(module), function)(value)
+    return options
 
 
 def verifiers() -> list[VerifierInfo]:

@@ -27,7 +27,7 @@ or the :class:`RateClassifier` of given rates used to test the theory). Here the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -72,8 +72,10 @@ class RateClassifier:
 class Sprinter(Verifier):
     """``sprinter``: SPRINTER's approximate verification (seed 003, Algorithm 2; see module doc).
 
-    Options: ``classifier`` (required: an object with ``yes_probability``, e.g. the trained one of
-    :func:`draftverify.approx.load_classifier` or a :class:`RateClassifier`), ``threshold`` tau in
+    Options: ``classifier`` (an object with ``yes_probability``, e.g. the trained one of
+    :func:`draftverify.approx.load_classifier` or a :class:`RateClassifier`; through
+    :func:`draftverify.get_verifier` also a saved classifier's file or folder, and by default the
+    one shipped with the embedded pair), ``threshold`` tau in
     [0, 1] (the classifier says "yes" when its score >= tau; the seed uses 0.5). NOT exact: the
     output law deviates from the target's by sum_x eta(x) (D - T)_+(x) in TV per token.
     """
@@ -84,6 +86,8 @@ class Sprinter(Verifier):
     strategy = "gated"
     threshold: float = 0.5
     classifier: Any = None
+    # get_verifier("sprinter") / "sprinter(classifier=DIR)": the shipped or a saved classifier, loaded above this layer
+    loaders: ClassVar[dict[str, str]] = {"classifier": "draftverify.approx.load:load_classifier"}
 
     def __post_init__(self) -> None:
         if not 0.0 <= float(self.threshold) <= 1.0:
