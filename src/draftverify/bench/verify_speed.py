@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from ..verify import get_verifier, verifiers
-from ..verify.batched import BATCHED_KERNELS, verify_batch
 from .progress import track
 
 if TYPE_CHECKING:
@@ -90,13 +89,17 @@ def _median_us(call: Callable[[], object], repeats: int, cuda: bool = False) -> 
     return float(np.median(times) * 1e6)
 
 
+def batched_names() -> list[str]:
+    """The registered verifiers with a batched kernel."""
+    return [info.name for info in verifiers() if info.batched]
+
+
 def _batched_call(name: str, arrays, max_len: int, validate: bool, device: str) -> Callable[[], object]:
     tokens, draft, target, cu = (a.to(device) for a in arrays)
     generator = torch.Generator(device=device).manual_seed(0)
     options = {"fraction": 0.5} if name == "submaximal" else {}
-    return lambda: verify_batch(
-        name, tokens, draft, target, cu, generator=generator, max_draft_len=max_len, validate=validate, **options
-    )
+    verifier = get_verifier(name, validate=validate, **options)
+    return lambda: verifier.verify_batch(tokens, draft, target, cu, generator=generator, max_draft_len=max_len)
 
 
 def latency_rows(args, names: list[str], cuda: bool, progress: Progress | None = None) -> list[dict]:
@@ -116,7 +119,7 @@ def latency_rows(args, names: list[str], cuda: bool, progress: Progress | None =
                 timings[f"{name}{suffix}"] = _median_us(
                     lambda: verifier.verify(tokens, draft, target, generator=generator), args.repeats
                 )
-        for name in BATCHED_KERNELS:
+        for name in batched_names():
             for suffix, validate in (("", True), ("_novalidate", False)):
                 call = _batched_call(name, flat_batch([pair]), length, validate, "cpu")
                 timings[f"batched_{name}{suffix}"] = _median_us(call, args.repeats)
@@ -145,7 +148,7 @@ def throughput_rows(args, cuda: bool, progress: Progress | None = None) -> list[
                 lambda: [verifier.verify(*p, generator=generator) for p in pairs], args.repeats
             )
         arrays = flat_batch(pairs)
-        for name in BATCHED_KERNELS:
+        for name in batched_names():
             timings[f"batched_{name}"] = _median_us(_batched_call(name, arrays, length, False, "cpu"), args.repeats)
             if cuda:
                 call = _batched_call(name, arrays, length, False, "cuda")
@@ -178,7 +181,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
 
 def _print_tables(report: dict, names: list[str]) -> None:
     cuda = report["cuda"] is not None
-    batched = list(BATCHED_KERNELS)
+    batched = batched_names()
     print("\nper-row verify: microseconds per call, validated / validate=False (speedup over the numpy loop)")
     _table(["V", "L", "numpy sd loop"] + names, report["rows"], names, "")
     print("\nbatched kernels, one row: microseconds per call, validated / validate=False (speedup over the numpy loop)")
