@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..engine import GenerationResult, generate, generate_batch
+from ..engine import AR, GenerationResult, generate, generate_batch
 from ..models.base import LanguageModel
 from ..verify import parse_method
 from .progress import track
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare", "format_table"]
 
-DEMO_SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
+DEMO_SPECS = (AR, "sd", "bv", "sd@ngram", "bv@ngram")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _method(spec: str, drafts: dict[str, LanguageModel], settings: dict[str, Any
     """The method name, its draft and its decoding settings for ``spec`` (see module doc)."""
     parsed = parse_method(spec)
     draft_name = parsed.draft or "draft"
-    if parsed.name == "ar":
+    if parsed.name == AR:
         return parsed.name, None, {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
     if draft_name not in drafts:
         raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
@@ -111,7 +111,7 @@ def compare(
         run_spec(spec, target, drafts, prompt_ids, **{**settings, "max_new_tokens": 2})
     runs = [run_spec(spec, target, drafts, prompt_ids, tokenizer=tokenizer, **settings)
             for spec in track(progress, specs, "methods on the prompt")]
-    ar = next((r.result.tokens_per_second for r in runs if r.spec == "ar"), None)
+    ar = next((r.result.tokens_per_second for r in runs if r.spec == AR), None)
     rows = [
         dict(
             method=r.spec, tokens=len(r.result.tokens), tokens_per_second=r.result.tokens_per_second,

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..engine import AR
 from .compare import format_table
 from .probes import REFERENCE_DRAWS
 
@@ -40,7 +41,7 @@ def _table(header: list[str], lines: list[list[str]]) -> str:
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path], folder: Path,
              deviation: dict[str, dict[str, float]]) -> str:
     """The report: command, settings, one table per metric family, the greedy check, the plots."""
-    spec = [r for r in rows if r["method"] != "ar"]
+    spec = [r for r in rows if r["method"] != AR]
     parts = [
         f"# {meta.get('title', 'Decode benchmark')}", "",
         f"Command: `{meta['command']}`", "",

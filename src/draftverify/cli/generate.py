@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Annotated
@@ -46,7 +47,7 @@ def generate(
     method_spec = method_from_args(method, option)
     temperature = _temperature(method_spec.name, temperature)
     quiet_transformers()
-    from ..engine import DecodeConfig, Decoder
+    from ..engine import AR, DecodeConfig, Decoder
     from ..engine.generate import generate as generate_with
     from ..models.pair import load_pair
 
@@ -54,21 +55,21 @@ def generate(
         temperature=temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed,
     )
-    config = DecodeConfig(method_spec.name, num_drafts=drafts if method_spec.num_drafts is None else method_spec.num_drafts,
-                          draft_length=draft_length if method_spec.draft_length is None else method_spec.draft_length,
-                          options=method_spec.options, **settings)  # bad options fail before loading
+    config = DecodeConfig(  # the method parsed once, above; bad options fail before loading
+        dataclasses.replace(method_spec, draft=None),
+        num_drafts=drafts if method_spec.num_drafts is None else None,
+        draft_length=draft_length if method_spec.draft_length is None else None, **settings,
+    )
     pair = load_pair(target, draft or method_spec.draft)
     prompt_ids = pair.tokenizer.encode(prompt)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
-    draft_model = pair.draft if config.speculative else None
-    Decoder(pair.target, draft_model, [prompt_ids], config)  # validates prompt and vocabularies up front
-    # warm-up (one-time allocations), not timed
-    generate_with(pair.target, pair.draft, prompt_ids, "ar", max_new_tokens=2)
+    # validates the prompt, the vocabularies and the context up front
+    decoder = Decoder(pair.target, pair.draft if config.speculative else None, [prompt_ids], config, tokenizer=pair.tokenizer)
+    generate_with(pair.target, None, prompt_ids, AR, max_new_tokens=1)  # warm-up (one-time allocations), not timed
 
     sys.stdout.write(prompt)
     sys.stdout.flush()
-    decoder = Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)
     start, shown, steps = time.perf_counter(), "", []
     while not decoder.done:
         steps.extend(row.stats for row in decoder.step())
@@ -86,7 +87,7 @@ def generate(
         acceptance = pooled_acceptance(accepted, rejected_tests((s.accepted for s in steps), config.length)) or 0.0
         footer.insert(1, f"acceptance {acceptance:.2f} (K={config.drafts}, L={config.length})")
     if compare_ar:
-        ar = generate_with(pair.target, None, prompt_ids, "ar", tokenizer=pair.tokenizer, **settings)
+        ar = generate_with(pair.target, None, prompt_ids, AR, tokenizer=pair.tokenizer, **settings)
         footer.append(f"ar {ar.tokens_per_second:.1f} tokens/s -> speedup {num_tokens / seconds / ar.tokens_per_second:.2f}x")
     print("\n\n-- " + " | ".join(footer))
     return 0

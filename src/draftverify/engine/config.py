@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..probs import warp
-from ..verify import Verifier, get_verifier, parse_method
+from ..verify import MethodSpec, Verifier, get_verifier, parse_method
 
 __all__ = ["DecodeConfig", "AR"]
 
@@ -22,11 +22,12 @@ class DecodeConfig:
     more of its options, and after construction ``method`` is the bare name with every option in
     ``options``); ``num_drafts`` (K) and ``draft_length`` (L) default to 1 and 4 for verifiers and must
     stay None for ``ar``. The same warping (temperature, top-k, top-p) is applied to draft and
-    target: verifiers are exact for the warped target. ``method`` may also be a ``Verifier``
-    instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
+    target: verifiers are exact for the warped target. ``method`` may also be a
+    :class:`~draftverify.verify.MethodSpec` a caller parsed already (the CLI: the method is parsed
+    once, at the boundary) or a ``Verifier`` instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
     option of that name), so benchmarks generate exactly ``max_new_tokens``."""
 
-    method: str | Verifier = "sd"
+    method: str | MethodSpec | Verifier = "sd"
     num_drafts: int | None = None
     draft_length: int | None = None
     temperature: float = 1.0
@@ -39,8 +40,8 @@ class DecodeConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.method, str):
-            self._read_method(self.method)
+        if not isinstance(self.method, Verifier):
+            self._read_method(self.method if isinstance(self.method, MethodSpec) else parse_method(self.method))
         warp(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)  # raises on bad warping options
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
@@ -61,20 +62,19 @@ class DecodeConfig:
         if self.drafts > 1 and not verifier.multi_draft:
             raise ValueError(f"verifier {self.name!r} takes one draft; num_drafts = {self.drafts} needs a multi-draft verifier")
 
-    def _read_method(self, text: str) -> None:
-        """Split a method written in the grammar into name, options, K and L (frozen: set once here)."""
-        spec = parse_method(text)
+    def _read_method(self, spec: MethodSpec) -> None:
+        """Take name, options, K and L from a parsed method (frozen: set once here)."""
         if spec.draft is not None:
-            raise ValueError(f"method {text!r}: the draft model is passed to the engine, not named with @")
+            raise ValueError(f"method {str(spec)!r}: the draft model is passed to the engine, not named with @")
         for attr in ("num_drafts", "draft_length"):
             written, given = getattr(spec, attr), getattr(self, attr)
             if written is not None and given is not None and written != given:
-                raise ValueError(f"method {text!r} sets {attr} = {written} but {attr} = {given} was passed")
+                raise ValueError(f"method {str(spec)!r} sets {attr} = {written} but {attr} = {given} was passed")
             if written is not None:
                 object.__setattr__(self, attr, written)
         clash = sorted(k for k in set(spec.options) & set(self.options) if spec.options[k] != self.options[k])
         if clash:
-            raise ValueError(f"method {text!r} and options disagree on {', '.join(clash)}")
+            raise ValueError(f"method {str(spec)!r} and options disagree on {', '.join(clash)}")
         object.__setattr__(self, "method", spec.name)
         object.__setattr__(self, "options", {**spec.options, **self.options})
 
