@@ -34,20 +34,22 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from ..engine import AR
 from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from .compare import format_table, run_spec, run_spec_batch
+from .models import ModelSettings, load_models
 from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
+SPECS = (AR, "sd", "bv", "sd@ngram", "bv@ngram")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
-BATCH_SPECS = ("ar", "sd")
+BATCH_SPECS = (AR, "sd")
 
 
 @contextmanager
@@ -135,25 +137,6 @@ def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs:
     return rows
 
 
-def _models(args) -> tuple[Any, dict[str, Any], Any]:
-    if args.tiny:
-        from ..models.hf import TransformersModel
-        from ..models.toy import char_tokenizer, tiny_causal_lm
-
-        tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_ .,:()[]=+-*/<>\"'#\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        size = len(tokenizer)
-        target = TransformersModel(tiny_causal_lm(size, width=64, layers=2, dtype=torch.float32, max_positions=4096), tokenizer)
-        draft = TransformersModel(tiny_causal_lm(size, width=16, layers=1, seed=1, dtype=torch.float32, max_positions=4096))
-        return target, {"draft": draft}, tokenizer
-    from ..models.pair import load_ngram_draft, load_pair
-
-    pair = load_pair(args.target, args.draft)
-    drafts = {"draft": pair.draft}
-    if not args.no_ngram:
-        drafts["ngram"] = load_ngram_draft(pair.target, args.ngram)
-    return pair.target, drafts, pair.tokenizer
-
-
 def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
@@ -163,7 +146,10 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     hf_logging.disable_progress_bar()
     if args.threads:
         torch.set_num_threads(args.threads)
-    target, drafts, tokenizer = _models(args)
+    target, drafts, tokenizer = load_models(ModelSettings(
+        target=args.target, draft=args.draft, ngram=args.ngram, tiny=args.tiny,
+        drafts=("draft",) if args.no_ngram or args.tiny else ("draft", "ngram"),
+    ))
     specs = list(SPECS)
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
@@ -233,7 +219,7 @@ def _add(totals: dict, name: str, **values: float) -> None:
 
 
 def _report(totals: dict, args, target) -> dict[str, Any]:
-    ar = totals["ar"]
+    ar = totals[AR]
     ar_speed = ar["tokens"] / ar["seconds"]
     target_call = ar["target_seconds"] / ar["target_calls"]
     rows = []
@@ -264,7 +250,7 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
                 "other": 1e3 * (t["seconds"] - model_seconds - t["verify_seconds"]) / steps,
                 "total": 1e3 * t["seconds"] / steps},
         ))
-    ours = [r for r in rows if r["method"] not in ("ar", ASSISTED, GENERATE)]
+    ours = [r for r in rows if r["method"] not in (AR, ASSISTED, GENERATE)]
     best = max(ours, key=lambda r: r["tokens_per_second"])
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
     return dict(
@@ -276,7 +262,7 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
                    engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed["sd"] / speed[ASSISTED],
-                   ar_vs_generate=speed["ar"] / speed[GENERATE]),
+                   ar_vs_generate=speed[AR] / speed[GENERATE]),
     )
 
 
