@@ -1,7 +1,7 @@
 """`draftverify bench spectr-gbv`: SpecTr-GBV (seed 004) as published against exact multi-draft
 verifiers, by exact enumeration on toy Markov pairs (the numbers of docs/spectr-gbv.md).
 
-Sections: (1) the regression of ALGORITHMS.md (V = 2, K = 2, L = 1); (2) exactness: total
+Sections: (1) the regression of docs/corrections.md (V = 2, K = 2, L = 1); (2) exactness: total
 variation between the exact law of the first tokens decoded through a verifier (every draft and
 every draw enumerated, state passed across calls) and the target's; (3) seed 004's claimed optimum
 (Lemma 5.1) against alpha* (Hu et al. 2025) and K-SEQ's acceptance at L = 1; (4) block efficiency:
@@ -77,7 +77,7 @@ def first_token_law(verifier, pair: KnownLawPair, num_drafts: int, draft_length:
 
 
 def regression() -> dict:
-    """ALGORITHMS.md: V = 2, K = 2, L = 1, D = (1/2, 1/2), T = (0.9, 0.1)."""
+    """docs/corrections.md: V = 2, K = 2, L = 1, D = (1/2, 1/2), T = (0.9, 0.1)."""
     pair = context_free_pair([0.9, 0.1], [0.5, 0.5])
     verifier = get_verifier("spectr-gbv")
     law = first_token_law(verifier, pair, 2, 1)
