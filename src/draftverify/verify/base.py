@@ -85,7 +85,7 @@ class Verifier(ABC):
     while the verifier's ``yes_probability`` says "yes" and calls the target once, on the run.
 
     A verifier with a batched kernel (``sd``, ``submaximal``, ``greedy``, ``bv``) implements
-    :meth:`_kernel` on the flattened ragged layout of :mod:`.batched`; :meth:`verify_batch` is its
+    :meth:`kernel` on the flattened ragged layout of :mod:`.batched`; :meth:`verify_batch` is its
     public form. Its per-row ``_verify`` is either that kernel on one row (``greedy``, which draws
     nothing) or the paper's algorithm box drawing through :mod:`draftverify.rng`, which exact
     enumeration replays branch by branch; the two are tested against each other, bit for bit on the
@@ -168,7 +168,7 @@ class Verifier(ABC):
     @property
     def batched(self) -> bool:
         """Whether this verifier has a batched kernel (:meth:`verify_batch`)."""
-        return type(self)._kernel is not Verifier._kernel
+        return type(self).kernel is not Verifier.kernel
 
     def verify_batch(
         self,
@@ -216,7 +216,7 @@ class Verifier(ABC):
             if num_tokens:
                 _check_token_range(tokens, target.shape[-1], "draft_token_ids")
             _check_values(tokens, draft, target, "draft_token_ids")
-        return self._kernel(tokens, draft, target, cu, uniforms, max_draft_len)
+        return self.kernel(tokens, draft, target, cu, uniforms, max_draft_len)
 
     @abstractmethod
     def _verify(
@@ -228,7 +228,7 @@ class Verifier(ABC):
         state: Any,
     ) -> VerifyResult: ...
 
-    def _kernel(
+    def kernel(
         self,
         draft_token_ids: torch.Tensor,  # [num_tokens] int64
         draft_probs: torch.Tensor | None,  # [num_tokens, V]
@@ -237,8 +237,10 @@ class Verifier(ABC):
         uniforms: torch.Tensor | None,  # [num_tokens + B] float64 (None when deterministic)
         max_draft_len: int,
     ) -> BatchedVerifyResult:
-        """The batched kernel, trusting its inputs (see :mod:`.batched`); none by default."""
-        raise NotImplementedError
+        """The batched kernel on the layout of :mod:`.batched`, trusting its inputs (int64 ids and
+        offsets, probabilities of one dtype, uniforms drawn by :func:`.batched.draw_uniforms`): no
+        checks and no host synchronisation, for a serving engine's hot path. None by default."""
+        raise NotImplementedError(f"verifier {self.name!r} has no batched kernel")
 
 
 STRATEGIES = ("parallel", "gated")
@@ -302,7 +304,7 @@ def verifiers() -> list[VerifierInfo]:
             exact=cls.exact,
             multi_draft=cls.multi_draft,
             options=tuple(f.name for f in dataclasses.fields(cls) if f.init),
-            batched=cls._kernel is not Verifier._kernel,
+            batched=cls.kernel is not Verifier.kernel,
         )
         for cls in sorted(_REGISTRY.values(), key=lambda c: c.name)
     ]

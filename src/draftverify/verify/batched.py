@@ -1,7 +1,7 @@
 """Batched verification: the drafts of a whole batch of requests verified in one pass, on the
 flattened ragged layout of serving engines (docs/serving.md maps it onto vLLM v1's rejection
 sampler). A verifier with a batched kernel (``sd``, ``submaximal``, ``greedy``, ``bv``) implements
-``Verifier._kernel`` with the helpers here; :meth:`draftverify.verify.Verifier.verify_batch` is the
+``Verifier.kernel`` with the helpers here; :meth:`draftverify.verify.Verifier.verify_batch` is the
 public boundary that validates the arrays and draws the uniforms.
 
 The terms are those of :mod:`draftverify.verify.base` (accepted, correction and bonus tokens). The

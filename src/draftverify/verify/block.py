@@ -105,7 +105,7 @@ class BlockVerification(Verifier):
         last = _final_token(tau, length, target[length], residual, target[tau], generator)
         return VerifyResult(tokens=x.tolist()[:tau] + [last], num_accepted=tau, draft_index=0, state=None)
 
-    def _kernel(
+    def kernel(
         self,
         draft_token_ids: torch.Tensor,  # [num_tokens] int64
         draft_probs: torch.Tensor,  # [num_tokens, V]

@@ -117,7 +117,7 @@ class SpeculativeSampling(Verifier):
         tokens, n = token_chain(draft_tokens[0], draft_probs[0], target_probs[0], 0.0, generator)
         return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
 
-    def _kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
         return token_chain_kernel(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, 0.0)
 
 
@@ -148,7 +148,7 @@ class SubmaximalCoupling(Verifier):
         )
         return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
 
-    def _kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
         return token_chain_kernel(
             draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, float(self.fraction)
         )
@@ -171,11 +171,11 @@ class GreedyMatch(Verifier):
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
         length = draft_tokens.shape[1]  # the kernel on one row: it draws nothing, enumeration has no branch to replay
-        out = self._kernel(draft_tokens[0], None, target_probs[0], torch.tensor([length]), None, length)
+        out = self.kernel(draft_tokens[0], None, target_probs[0], torch.tensor([length]), None, length)
         n = int(out.num_accepted[0])
         return VerifyResult(tokens=out.output_tokens[0, : n + 1].tolist(), num_accepted=n, draft_index=0, state=None)
 
-    def _kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
         """Every row of a batch: accept while x_i = argmax T(. | x^{i-1}); the extra token is the
         argmax at the first mismatch or after the draft. ``draft_probs`` and ``uniforms`` are unread."""
         layout = ragged(cu_num_draft_tokens, draft_token_ids.shape[0], max_draft_len)
