@@ -105,12 +105,9 @@ def gated_step(dec: Decoder, cap: int) -> list[RowStep]:
     verify_done = time.perf_counter()
 
     # 4. commit
-    times = (draft_done - start, target_done - draft_done, verify_done - target_done)
-    stats = [
-        StepStats(drafted=d, verified=1, accepted=a, committed=0, draft_index=0, draft_calls=forwards, target_calls=1,
-                  draft_seconds=times[0], target_seconds=times[1], verify_seconds=times[2])
-        for d, a in counts
-    ]
+    stats = [StepStats(drafted=d, verified=1, accepted=a, committed=0, draft_index=0, draft_calls=forwards, target_calls=1,
+                       draft_seconds=draft_done - start, target_seconds=target_done - draft_done,
+                       verify_seconds=verify_done - target_done) for d, a in counts]
     return dec.commit(new_tokens, None, stats)
 
 

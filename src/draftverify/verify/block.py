@@ -105,15 +105,8 @@ class BlockVerification(Verifier):
         last = _final_token(tau, length, target[length], residual, target[tau], generator)
         return VerifyResult(tokens=x.tolist()[:tau] + [last], num_accepted=tau, draft_index=0, state=None)
 
-    def kernel(
-        self,
-        draft_token_ids: torch.Tensor,  # [num_tokens] int64
-        draft_probs: torch.Tensor,  # [num_tokens, V]
-        target_probs: torch.Tensor,  # [num_tokens + B, V]
-        cu_num_draft_tokens: torch.Tensor,  # [B] int64
-        uniforms: torch.Tensor,  # [num_tokens + B] float64
-        max_draft_len: int,
-    ) -> BatchedVerifyResult:
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms,
+               max_draft_len: int) -> BatchedVerifyResult:
         """Every row of a batch on the layout of :mod:`.batched`: the same p_i (the float64
         product, and p_i T in the probabilities' dtype as the scalar product above), h_i and final
         token; coin i succeeds when u_{i-1} < h_i. Unlike :meth:`_verify`, which tosses from L down
