@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..engine import AR, GenerationResult, generate, generate_batch
 from ..models.base import LanguageModel
+from ..tables import table_of
 from ..verify import parse_method
 from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare", "format_table"]
+__all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare"]
 
 DEMO_SPECS = (AR, "sd", "bv", "sd@ngram", "bv@ngram")
 
@@ -63,15 +64,6 @@ def run_spec_batch(
     """``spec`` on every prompt in one ``generate_batch`` call (drafts and settings as :func:`run_spec`)."""
     name, draft, settings = _method(spec, drafts, settings)
     return generate_batch(target, draft, prompts, name, **settings)
-
-
-def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
-    """A plain-text table: ``columns`` = (key, header, format) per column; None prints as '-'."""
-    cells = [[header for _, header, _ in columns]]
-    for row in rows:
-        cells.append(["-" if row.get(key) is None else format(row[key], fmt) for key, _, fmt in columns])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 
 
 def compare(
@@ -127,5 +119,5 @@ def compare(
     columns = [("method", "method", "s"), ("tokens", "tokens", "d"), ("tokens_per_second", "tokens/s", ".1f"),
                ("speedup", "vs ar", ".2f"), ("acceptance", "acceptance", ".2f"),
                ("tokens_per_target_call", "tokens/target call", ".2f")]
-    out.write(format_table(rows, columns) + "\n")
+    out.write(table_of(rows, columns, markdown=False) + "\n")
     return rows

@@ -38,7 +38,8 @@ from ..engine import AR
 from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
-from .compare import format_table, run_spec, run_spec_batch
+from ..tables import table_of
+from .compare import run_spec, run_spec_batch
 from .models import ModelSettings, load_models
 from .progress import track
 
@@ -192,17 +193,17 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
                ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
                ("tokens", "tokens", "d")]
-    print(format_table(report["methods"], columns))
+    print(table_of(report["methods"], columns, markdown=False))
     print("\nmean ms per step")
-    print(format_table([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
+    print(table_of([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
                        [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
-                                                                              "total")]))
+                                                                              "total")], markdown=False))
     if report.get("batch"):
         print()
-        print(format_table(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
+        print(table_of(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
                                              ("batch_tokens_per_second", "batch tokens/s", ".1f"),
                                              ("single_tokens_per_second", "single tokens/s", ".1f"),
-                                             ("batch_vs_single", "batch vs single", ".2f")]))
+                                             ("batch_vs_single", "batch vs single", ".2f")], markdown=False))
     goals = report["goals"]
     print(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0), "
           f"engine efficiency {goals['engine_efficiency']:.3f} (goal 0.95); sd {goals['sd_vs_assisted']:.2f}x "

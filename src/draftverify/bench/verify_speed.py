@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 
+from ..tables import table
 from ..verify import get_verifier, verifiers
 from .progress import track
 
@@ -183,17 +184,14 @@ def _print_tables(report: dict, names: list[str]) -> None:
     cuda = report["cuda"] is not None
     batched = batched_names()
     print("\nper-row verify: microseconds per call, validated / validate=False (speedup over the numpy loop)")
-    _table(["V", "L", "numpy sd loop"] + names, report["rows"], names, "")
+    print(_latency_table(["V", "L", "numpy sd loop"] + names, report["rows"], names, ""))
     print("\nbatched kernels, one row: microseconds per call, validated / validate=False (speedup over the numpy loop)")
-    _table(["V", "L", "numpy sd loop"] + [f"batched {n}" for n in batched], report["rows"], batched, "batched_")
+    print(_latency_table(["V", "L", "numpy sd loop"] + [f"batched {n}" for n in batched], report["rows"], batched, "batched_"))
     if cuda:
         print(f"\nbatched kernels on CUDA ({report['cuda']}), validate=False: microseconds per call")
-        header = ["V", "L"] + [f"{n} cuda" for n in batched]
-        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-        for row in report["rows"]:
-            cells = [str(row["vocab"]), str(row["draft_length"])]
-            cells += [f'{row[f"batched_{n}_cuda_novalidate_us"]:.0f}' for n in batched]
-            print("| " + " | ".join(cells) + " |")
+        print(table(["V", "L"] + [f"{n} cuda" for n in batched],
+                    [[str(row["vocab"]), str(row["draft_length"])] + [f'{row[f"batched_{n}_cuda_novalidate_us"]:.0f}' for n in batched]
+                     for row in report["rows"]]))
     else:
         print("\nCUDA: not available on this machine, CUDA columns skipped")
     first = report["throughput"][0] if report["throughput"] else None
@@ -201,18 +199,16 @@ def _print_tables(report: dict, names: list[str]) -> None:
         return
     print(f"\nthroughput at V = {first['vocab']}, L = {first['draft_length']}: rows per second (validate=False)")
     keys = [k[: -len("_rows_per_s")] for k in first if k.endswith("_rows_per_s")]
-    print("| B | " + " | ".join(k.replace("_", " ") for k in keys) + " |\n|" + "---|" * (len(keys) + 1))
-    for row in report["throughput"]:
-        print(f'| {row["batch"]} | ' + " | ".join(f'{row[f"{k}_rows_per_s"]:.0f}' for k in keys) + " |")
+    print(table(["B"] + [k.replace("_", " ") for k in keys],
+                [[str(row["batch"])] + [f'{row[f"{k}_rows_per_s"]:.0f}' for k in keys] for row in report["throughput"]]))
 
 
-def _table(header: list[str], rows: list[dict], names: list[str], prefix: str) -> None:
-    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for row in rows:
-        cells = [str(row["vocab"]), str(row["draft_length"]), f'{row["numpy_sd_loop_us"]:.0f}']
-        cells += [
+def _latency_table(header: list[str], rows: list[dict], names: list[str], prefix: str) -> str:
+    return table(header, [
+        [str(row["vocab"]), str(row["draft_length"]), f'{row["numpy_sd_loop_us"]:.0f}'] + [
             f'{row[f"{prefix}{n}_us"]:.0f} / {row[f"{prefix}{n}_novalidate_us"]:.0f} '
             f'({row[f"{prefix}{n}_novalidate_speedup_vs_numpy"]:.1f}x)'
             for n in names
         ]
-        print("| " + " | ".join(cells) + " |")
+        for row in rows
+    ])
