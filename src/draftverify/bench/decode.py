@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..engine import AR
+from .models import ModelSettings, load_models
+from .output import emit_json
 from .plots import plot_all
 from .probes import REFERENCE_DRAWS, first_token_deviation
-from .models import ModelSettings, load_models
 from .progress import track
 from .prompts import fingerprint, load_prompts
 from .report import console_table, markdown
@@ -122,8 +123,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     with (out / "results.jsonl").open("w") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in records)
     summary = dict(meta, rows=rows, deviation=deviation, plots=[str(p) for p in plots])
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps(summary, indent=1))
+    emit_json(summary, out / "summary.json")
     print()
     print(console_table(rows))
     for row in rows:

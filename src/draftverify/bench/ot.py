@@ -27,6 +27,7 @@ import numpy as np
 from .. import ot
 from ..ot import NetworkTooLarge
 from ..verify import MethodSpec, parse_method
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -239,12 +240,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         "note": "ms per token = ot.solve + conditional(one drafted tuple), the fastest of `repeats` solves; methods interleaved token by token; CPU = process CPU time (what a dedicated core would "
         "take: the wall clock of this shared machine includes waiting for a core); paper = seed 001 Table 1 (Llama-3, 32-core Xeon, wall).",
     }
-    payload = json.dumps({"meta": meta, "results": results}, indent=1)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(payload + "\n")
-    else:
-        print(payload)
+    emit_json({"meta": meta, "results": results}, args.json)
     table = markdown(results, meta)
     if args.markdown:
         with open(args.markdown, "w") as handle:

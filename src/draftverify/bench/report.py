@@ -102,7 +102,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
     return "\n".join(parts)
 
 
-def consoletable(rows: list[dict[str, Any]]) -> str:
+def console_table(rows: list[dict[str, Any]]) -> str:
     """The compact table printed after the JSON."""
     flat = [dict(label=r["label"], acceptance=(r.get("acceptance") or {}).get("value"),
                  be=r["block_efficiency"]["value"], speedup=r["speedup"]["value"], low=r["speedup"]["low"],
@@ -111,4 +111,4 @@ def consoletable(rows: list[dict[str, Any]]) -> str:
     columns = [("label", "configuration", "s"), ("acceptance", "acceptance", ".3f"), ("be", "BE", ".2f"),
                ("speedup", "speedup", ".2f"), ("low", "low", ".2f"), ("high", "high", ".2f"),
                ("tps", "tokens/s", ".1f"), ("rho", "rho", ".3f"), ("theory", "S theory", ".2f")]
-    return formattable(flat, columns)
+    return table_of(flat, columns, markdown=False)

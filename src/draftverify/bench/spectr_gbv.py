@@ -13,7 +13,6 @@ later calls of the stateful gbv and spectr-gbv). Baselines are measured in the s
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +22,7 @@ from .. import get_verifier
 from ..testing import KnownLawPair, MarkovModel, decode_known_law, enumerate_outcomes, exact_sequence_law, random_pair
 from ..testing.checker import _draw_drafts
 from ..theory import multidraft_acceptance, spectr_gbv_claimed_bound
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -173,11 +173,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         "efficiency": efficiency(QUICK_INSTANCES if args.quick else INSTANCES, args.runs, args.num_tokens, args.seed,
                                  progress),
     }
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+    emit_json(report, args.json)
     print(format_tables(report))
     return 0
 

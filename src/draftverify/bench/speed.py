@@ -27,7 +27,6 @@ Goals (issues 5, 13): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assis
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
@@ -35,12 +34,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from ..engine import AR
+from ..tables import table_of
 from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
-from ..tables import table_of
 from .compare import run_spec, run_spec_batch
 from .models import ModelSettings, load_models
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -182,11 +182,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         report["batch"] = batch_speed(target, drafts, batch_prompts, BATCH_SPECS, args.seed, **ours)
         sd_batch = next(r for r in report["batch"] if r["method"] == "sd")
         report["goals"]["sd_batch_vs_single"] = sd_batch["batch_vs_single"]
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+    emit_json(report, args.json)
     print()
     columns = [("method", "method", "s"), ("tokens_per_second", "tokens/s", ".1f"), ("vs_ar", "vs ar", ".2f"),
                ("acceptance", "acceptance", ".2f"), ("tokens_per_target_call", "tokens/target call", ".2f"),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -30,6 +29,7 @@ import torch
 
 from ..tables import table
 from ..verify import get_verifier, verifiers
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -172,11 +172,8 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         "rows": latency_rows(args, names, cuda, progress),
         "throughput": throughput_rows(args, cuda, progress),
     }
-    print(json.dumps(report))
+    emit_json(report, args.output)
     _print_tables(report, names)
-    if args.output:
-        with open(args.output, "w") as handle:
-            json.dump(report, handle, indent=1)
     return 0
 
 
