@@ -11,17 +11,18 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..engine import GenerationResult, generate, generate_batch
+from ..engine import AR, GenerationResult, generate, generate_batch
 from ..models.base import LanguageModel
+from ..tables import table_of
 from ..verify import parse_method
 from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare", "format_table"]
+__all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare"]
 
-DEMO_SPECS = ("ar", "sd", "bv")
+DEMO_SPECS = (AR, "sd", "bv")
 DEMO_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
 
@@ -42,7 +43,7 @@ def _method(spec: str, drafts: dict[str, LanguageModel], settings: dict[str, Any
     """The method name, its draft and its decoding settings for ``spec`` (see module doc)."""
     parsed = parse_method(spec)
     draft_name = parsed.draft or "draft"
-    if parsed.name == "ar":
+    if parsed.name == AR:
         return parsed.name, None, {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
     if draft_name not in drafts:
         raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
@@ -64,15 +65,6 @@ def run_spec_batch(
     """``spec`` on every prompt in one ``generate_batch`` call (drafts and settings as :func:`run_spec`)."""
     name, draft, settings = _method(spec, drafts, settings)
     return generate_batch(target, draft, prompts, name, **settings)
-
-
-def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
-    """A plain-text table: ``columns`` = (key, header, format) per column; None prints as '-'."""
-    cells = [[header for _, header, _ in columns]]
-    for row in rows:
-        cells.append(["-" if row.get(key) is None else format(row[key], fmt) for key, _, fmt in columns])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 
 
 def compare(
@@ -112,7 +104,7 @@ def compare(
         run_spec(spec, target, drafts, prompt_ids, **{**settings, "max_new_tokens": 2})
     runs = [run_spec(spec, target, drafts, prompt_ids, tokenizer=tokenizer, **settings)
             for spec in track(progress, specs, "methods on the prompt")]
-    ar = next((r.result.tokens_per_second for r in runs if r.spec == "ar"), None)
+    ar = next((r.result.tokens_per_second for r in runs if r.spec == AR), None)
     rows = [
         dict(
             method=r.spec, tokens=len(r.result.tokens), tokens_per_second=r.result.tokens_per_second,
@@ -128,5 +120,5 @@ def compare(
     columns = [("method", "method", "s"), ("tokens", "tokens", "d"), ("tokens_per_second", "tokens/s", ".1f"),
                ("speedup", "vs ar", ".2f"), ("acceptance", "acceptance", ".2f"),
                ("tokens_per_target_call", "tokens/target call", ".2f")]
-    out.write(format_table(rows, columns) + "\n")
+    out.write(table_of(rows, columns, markdown=False) + "\n")
     return rows

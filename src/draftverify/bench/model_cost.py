@@ -15,7 +15,6 @@ Run: ``draftverify bench model-cost`` (JSON then a table).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ..models.base import LanguageModel
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -114,11 +114,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     report = dict(settings=dict(repeats=args.repeats, prompt_length=args.prompt_length, draft_length=args.draft_length,
                                 accepted=args.accepted, threads=torch.get_num_threads()),
                   goals=dict(score_vs_one_token=1.3, draft_cost_c=0.12), variants=rows)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+    emit_json(report, args.json)
     score = f"target_{args.draft_length + 1}_ms"
     print(f"\n{'variant':>8}  {'target 1 ms':>11}  {score.replace('_', ' '):>11}  {'draft 1 ms':>10}  "
           f"{'score/one':>9}  {'c':>6}")

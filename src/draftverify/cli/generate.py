@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Annotated
@@ -49,27 +50,27 @@ def generate(
     method_spec = method_from_args(method, [("--option", item) for item in option], num_drafts=num_drafts,
                                    draft_length=draft_length, draft=draft)
     quiet_transformers()
-    from ..engine import DecodeConfig, Decoder
+    from ..engine import AR, DecodeConfig, Decoder
     from ..engine.generate import generate as generate_with
     from ..models.chat import encode_prompt, has_chat_template
     from ..models.pair import load_pair
 
     settings = dict(top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed)
-    config = DecodeConfig(method_spec.name, num_drafts=method_spec.num_drafts, draft_length=method_spec.draft_length,
-                          options=method_spec.options, temperature=temperature, **settings)  # bad options fail before loading
+    # the method parsed once, above (with --num-drafts, --draft-length, --draft); bad options fail before loading
+    config = DecodeConfig(dataclasses.replace(method_spec, draft=None), temperature=temperature, **settings)
     pair = load_pair(target, method_spec.draft, tokenizer=tokenizer)
     prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
     draft_model = pair.draft if config.speculative else None
-    Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)  # validates prompt, vocabularies, stop
+    # validates the prompt, the vocabularies, the stop strings and the context up front
+    decoder = Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)
     # warm-up of both models (one-time allocations and weight packing), not timed: tokens/s counts decoding only
-    generate_with(pair.target, draft_model, prompt_ids, "sd" if draft_model else "ar", max_new_tokens=2,
+    generate_with(pair.target, draft_model, prompt_ids, "sd" if draft_model else AR, max_new_tokens=2,
                   **({"draft_length": 2} if draft_model else {}))
 
     sys.stdout.write(prompt + ("\n\n" if chat is not False and has_chat_template(pair.tokenizer) else ""))
     sys.stdout.flush()
-    decoder = Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)
     start, shown, steps = time.perf_counter(), "", []
     while not decoder.done:
         steps.extend(row.stats for row in decoder.step())
@@ -87,7 +88,7 @@ def generate(
         acceptance = pooled_acceptance(accepted, rejected_tests((s.accepted for s in steps), config.length)) or 0.0
         footer.insert(1, f"acceptance {acceptance:.2f} (K={config.drafts}, L={config.length})")
     if compare_ar:
-        ar = generate_with(pair.target, None, prompt_ids, "ar", tokenizer=pair.tokenizer, temperature=config.temperature,
+        ar = generate_with(pair.target, None, prompt_ids, AR, tokenizer=pair.tokenizer, temperature=config.temperature,
                            **settings)
         footer.append(f"ar {ar.tokens_per_second:.1f} tokens/s -> speedup {num_tokens / seconds / ar.tokens_per_second:.2f}x")
     print("\n\n-- " + " | ".join(footer))

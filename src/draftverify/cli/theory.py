@@ -13,6 +13,7 @@ import typer
 from typer.models import OptionInfo
 
 from .. import theory
+from ..tables import table
 from ._command import Command, above, below
 
 __all__ = ["app"]
@@ -47,10 +48,7 @@ def _cell(value) -> str:
 
 
 def _print_table(header: list[str], rows: list[list]) -> None:
-    cells = [header] + [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+    print(table(header, [[_cell(v) for v in row] for row in rows], markdown=False))
 
 
 def _figure():

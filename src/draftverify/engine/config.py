@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..probs import warp
-from ..verify import Verifier, get_verifier, parse_method
+from ..verify import MethodSpec, Verifier, get_verifier, parse_method
 
 __all__ = ["DecodeConfig", "AR", "GREEDY", "SEED_RANGE"]
 
@@ -28,11 +28,12 @@ class DecodeConfig:
     target: verifiers are exact for the warped target. ``temperature`` unset is 1, and 0 for
     ``greedy``, which decodes at temperature 0 only (it keeps the target's argmax; at any other
     temperature its output would still be the argmax, not the target's law), so ``greedy`` with a
-    temperature other than 0 is an error. ``method`` may also be a ``Verifier``
-    instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
+    temperature other than 0 is an error. ``method`` may also be a
+    :class:`~draftverify.verify.MethodSpec` a caller parsed already (the CLI: the method is parsed
+    once, at the boundary) or a ``Verifier`` instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
     option of that name), so benchmarks generate exactly ``max_new_tokens``."""
 
-    method: str | Verifier = "sd"
+    method: str | MethodSpec | Verifier = "sd"
     num_drafts: int | None = None
     draft_length: int | None = None
     temperature: float | None = None
@@ -45,8 +46,8 @@ class DecodeConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.method, str):
-            self._read_method(self.method)
+        if not isinstance(self.method, Verifier):
+            self._read_method(self.method if isinstance(self.method, MethodSpec) else parse_method(self.method))
         self._resolve_temperature()
         if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool) \
                 or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
@@ -81,20 +82,19 @@ class DecodeConfig:
                              f"temperature {self.temperature!r}: leave temperature unset or 0, or sample with "
                              "another method such as sd")
 
-    def _read_method(self, text: str) -> None:
-        """Split a method written in the grammar into name, options, K and L (frozen: set once here)."""
-        spec = parse_method(text)
+    def _read_method(self, spec: MethodSpec) -> None:
+        """Take name, options, K and L from a parsed method (frozen: set once here)."""
         if spec.draft is not None:
-            raise ValueError(f"method {text!r}: the draft model is passed to the engine, not named with @")
+            raise ValueError(f"method {str(spec)!r}: the draft model is passed to the engine, not named with @")
         for attr in ("num_drafts", "draft_length"):
             written, given = getattr(spec, attr), getattr(self, attr)
             if written is not None and given is not None and written != given:
-                raise ValueError(f"method {text!r} sets {attr} = {written} but {attr} = {given} was passed")
+                raise ValueError(f"method {str(spec)!r} sets {attr} = {written} but {attr} = {given} was passed")
             if written is not None:
                 object.__setattr__(self, attr, written)
         clash = sorted(k for k in set(spec.options) & set(self.options) if spec.options[k] != self.options[k])
         if clash:
-            raise ValueError(f"method {text!r} and options disagree on {', '.join(clash)}")
+            raise ValueError(f"method {str(spec)!r} and options disagree on {', '.join(clash)}")
         object.__setattr__(self, "method", spec.name)
         object.__setattr__(self, "options", {**spec.options, **self.options})
 
