@@ -65,7 +65,7 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     ``target``: ``"smollm2"`` or None (the default pair), ``"tiny"`` (the embedded 7M pair), a
     ``.gguf`` file (converted once, see :mod:`.gguf`) or a ``transformers`` folder; the tokenizer
     comes with the target, or from the folder ``tokenizer`` (a ``train-pair`` output keeps it in
-    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the tiny pair's n-gram drafter, or
+    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the tiny pair's n-gram drafter (its vocabulary: the tiny pair's), or
     None for the named pair's own draft (a file or folder target needs one named). Models must be
     local paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
@@ -93,8 +93,6 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
             raise FileNotFoundError(f"the {name!r} pair has no draft at {own_draft}")
         draft_model, draft_name = TransformersModel.from_pretrained(own_draft), "draft"
     elif str(draft) == "ngram":
-        if name != "tiny":
-            raise ValueError("draft='ngram' is the tiny pair's n-gram drafter: use it with target='tiny'")
         draft_model, draft_name = load_ngram_draft(target_model), "ngram"
     else:
         draft_model, draft_name = TransformersModel.from_pretrained(draft), str(draft)

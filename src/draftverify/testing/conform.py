@@ -100,15 +100,15 @@ def _load(spec: str) -> Any:
 
 def _ours(method: str, time_limit: float) -> Adapter:
     from ..verify.base import get_verifier
-    from ..verify.batched import BATCHED_KERNELS, verify_batch
 
-    if method in BATCHED_KERNELS and method != "greedy":
+    verifier = get_verifier(method)
+    if verifier.batched and not verifier.deterministic:  # its own kernel, on the flattened layout
         def batched(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
-            return verify_batch(method, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens,
-                                uniforms=uniforms, max_draft_len=max_draft_len)
+            return verifier.verify_batch(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens,
+                                         uniforms=uniforms, max_draft_len=max_draft_len)
 
         return Flattened(batched, time_limit, name=f"draftverify {method}")
-    return Contract(get_verifier(method), time_limit, name=f"draftverify {method}")
+    return Contract(verifier, time_limit, name=f"draftverify {method}")
 
 
 def _adapter(implementation: Any, layout: str | None, method: str | None, time_limit: float) -> tuple[Adapter, str]:
