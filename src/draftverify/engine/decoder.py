@@ -38,6 +38,7 @@ from ..probs import warp
 from ..rng import sample
 from ..verify.batched import BATCHED_KERNELS, verify_batch
 from .config import DecodeConfig
+from .draft_length import StepSeconds
 from .gated import gated_step
 from .pending import pending_count, pending_tokens
 from .stats import StepStats
@@ -109,6 +110,8 @@ class Decoder:
         self.target_held = [0] * len(prompts)
         self.draft_cache = draft.new_cache(len(prompts)) if config.speculative else None
         self.draft_held = [0] * len(prompts)
+        policy = config.length_policy if config.speculative else None  # each prompt's L from its own past
+        self.length_states = [policy.initial() for _ in prompts] if policy is not None else None
 
     @property
     def done(self) -> bool:
@@ -147,11 +150,12 @@ class Decoder:
         return self._commit(step.tokens, list(range(len(self.active))), step.stats)
 
     def _parallel_step(self) -> list[RowStep]:
-        cfg, k, length = self.config, self.config.drafts, self.config.length
-        rows = len(self.active)
+        cfg, k, policy = self.config, self.config.drafts, self.config.length_policy
+        lengths = [policy.choose(self.length_states[p]) if policy else cfg.length for p in self.active]  # L per row
+        length, rows = max(lengths), len(self.active)  # every row drafts L = max; row r verifies lengths[r]
         start = time.perf_counter()
         chunk, valid = pending_tokens(self.committed, self.draft_held, self.active)
-        seen = [self.draft_held[p] + pending_count(chunk, valid, r) + length - 1 for r, p in enumerate(self.active)]
+        seen = [self.draft_held[p] + pending_count(chunk, valid, r) + lengths[r] - 1 for r, p in enumerate(self.active)]
         if k > 1:
             expand = torch.arange(rows).repeat_interleave(k)  # [R K]: prompt row of each draft row
             self.draft.reindex(self.draft_cache, expand)
@@ -177,18 +181,22 @@ class Decoder:
         target_done = time.perf_counter()
 
         if self.batched and rows > 1:
-            results = self._verify_batch(draft_tokens, draft_stack, target_probs)
+            results = self._verify_batch(draft_tokens, draft_stack, target_probs, lengths)
         else:
-            results = self._verify_rows(draft_tokens, draft_stack, target_probs)
+            results = self._verify_rows(draft_tokens, draft_stack, target_probs, lengths)
         verify_done = time.perf_counter()
 
         stats = [
-            StepStats(drafted=k * length, verified=k * (length + 1), accepted=res.num_accepted, committed=0,
+            StepStats(drafted=k * n, verified=k * (n + 1), accepted=res.num_accepted, committed=0,
                       draft_index=res.draft_index, draft_calls=length, target_calls=1,
                       draft_seconds=draft_done - start, target_seconds=target_done - draft_done,
-                      verify_seconds=verify_done - target_done)
-            for res in results
+                      verify_seconds=verify_done - target_done, draft_length=n)
+            for res, n in zip(results, lengths)
         ]
+        if policy is not None:
+            seconds = StepSeconds(draft_done - start, length, target_done - draft_done)
+            for r, p in enumerate(self.active):
+                self.length_states[p] = policy.update(self.length_states[p], lengths[r], results[r].num_accepted, seconds)
         self.target.keep_draft(self.target_cache, [res.draft_index for res in results],
                                [res.num_accepted for res in results])
         for r, p in enumerate(self.active):
@@ -197,14 +205,18 @@ class Decoder:
         draft_rows = [r * k + res.draft_index for r, res in enumerate(results)]
         return self._commit([res.tokens for res in results], draft_rows, stats)
 
-    def _verify_rows(self, draft_tokens, draft_probs, target_probs) -> list[_Verified]:
-        """Each prompt's K rows through the verifier (``[R K, L]``, ``[R K, L, V]``, ``[R K, L + 1, V]``)."""
+    def _verify_rows(self, draft_tokens, draft_probs, target_probs, lengths: list[int]) -> list[_Verified]:
+        """Each prompt's K rows through the verifier (``[R K, L]``, ``[R K, L, V]``, ``[R K, L + 1, V]``),
+        prompt r's first ``lengths[r]`` drafted tokens."""
         k, results = self.config.drafts, []
         drafted = draft_tokens.tolist()  # [R K][L]
         arrays = (draft_tokens, draft_probs, target_probs)
         for r, p in enumerate(self.active):
             # one prompt: the arrays are its own, no slicing (each view is a tensor op in the loop)
             rows = arrays if len(self.active) == 1 else [a[r * k : (r + 1) * k] for a in arrays]
+            if lengths[r] < draft_tokens.shape[1]:
+                n, (tokens, draft_rows, target_rows) = lengths[r], rows
+                rows = (tokens[:, :n], draft_rows[:, :n], target_rows[:, : n + 1])
             result = self.verifier.verify_trusted(*rows, self.generator, self.states[p])
             accepted = result.tokens[: result.num_accepted]
             if accepted != drafted[r * k + result.draft_index][: result.num_accepted]:
@@ -213,14 +225,18 @@ class Decoder:
             results.append(_Verified(result.tokens, result.num_accepted, result.draft_index))
         return results
 
-    def _verify_batch(self, draft_tokens, draft_probs, target_probs) -> list[_Verified]:
-        """All rows (K = 1) in one batched call: ``[R, L]``, ``[R, L, V]``, ``[R, L + 1, V]``."""
+    def _verify_batch(self, draft_tokens, draft_probs, target_probs, lengths: list[int]) -> list[_Verified]:
+        """All rows (K = 1) in one batched call: ``[R, L]``, ``[R, L, V]``, ``[R, L + 1, V]``, row r's
+        first ``lengths[r]`` drafted tokens (the flattened ragged layout of :func:`verify_batch`)."""
         rows, length = draft_tokens.shape
         vocab = target_probs.shape[-1]
+        if min(lengths) < length:
+            ragged = [(draft_tokens[r, :n], draft_probs[r, :n], target_probs[r, : n + 1]) for r, n in enumerate(lengths)]
+            draft_tokens, draft_probs, target_probs = (torch.cat(parts) for parts in zip(*ragged))
         out = verify_batch(
             self.config.name, draft_tokens.reshape(-1),
             None if self.config.name == "greedy" else draft_probs.reshape(-1, vocab),
-            target_probs.reshape(-1, vocab), torch.arange(1, rows + 1) * length, generator=self.generator,
+            target_probs.reshape(-1, vocab), torch.tensor(lengths).cumsum(0), generator=self.generator,
             max_draft_len=length, fraction=getattr(self.verifier, "fraction", None), validate=self.verifier.validate,
         )
         return [_Verified(tokens[: n + 1], n, 0)
