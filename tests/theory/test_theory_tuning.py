@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from draftverify.testing import enumerate_outcomes
+from draftverify.theory import longest_prefix_claim
 from draftverify.theory.tuning import (
     expected_calls,
+    gbv_expected_accepted,
     path_survival,
     plug_in_survival,
     predicted_tokens_per_second,
@@ -63,13 +65,12 @@ def test_expected_calls_matches_a_simulated_chain():
     n, length = 40, 3
     survival = path_survival(rng.uniform(0.2, 1.6, n), length, "bv")
     blocks = np.concatenate([survival[:, :-1] - survival[:, 1:], survival[:, -1:]], axis=1)
-    runs = []
-    for _ in range(20000):
-        t = calls = 0
-        while t < n:
-            t += 1 + rng.choice(length + 1, p=blocks[t] / blocks[t].sum())
-            calls += 1
-        runs.append(calls)
+    t, runs = np.zeros(20000, dtype=np.int64), np.zeros(20000)
+    while np.any(t < n):  # all runs at once: each unfinished one takes a block of law pi_t
+        going = t < n
+        cdf = np.cumsum(blocks[t[going]], axis=1)
+        t[going] += 1 + (rng.random((going.sum(), 1)) * cdf[:, -1:] >= cdf).sum(axis=1)
+        runs[going] += 1
     assert expected_calls(survival) == pytest.approx(np.mean(runs), abs=4 * np.std(runs) / np.sqrt(len(runs)))
 
 
@@ -82,6 +83,27 @@ def test_survival_orders_and_edge_cases():
     assert expected_calls(path_survival(np.ones(10), 4, "sd")) == 2.0  # blocks of 5: two calls
     assert expected_calls(path_survival(np.zeros(10), 4, "sd")) == 10.0
     assert plug_in_survival(np.full(5, 0.5), 2)[0].tolist() == [1, 0.5, 0.25]
+
+
+def test_multidraft_plug_in_counts_the_drafts_left():
+    acceptance = np.array([[0.5, 0.8]] * 3)  # K' = 1, 2
+    survival = plug_in_survival(acceptance, 2, path_draft_probs=np.array([0.5, 0.5, 0.5]))
+    # position 1 with K = 2 drafts (0.8); position 2 with 1 + 0.5 drafts expected (0.65)
+    assert survival[0].tolist() == pytest.approx([1, 0.8, 0.8 * 0.65])
+    assert plug_in_survival(acceptance[:, :1], 2)[0].tolist() == pytest.approx([1, 0.5, 0.25])
+
+
+def test_gbv_per_call_acceptance_is_the_joint_overlap():
+    """Averaged over target paths, sum_k E_T[min(1, prod rho)] = sum_k sum_x min(T(x^k), D(x^k))."""
+    rng = np.random.default_rng(4)
+    target, draft = random_tables(rng, VOCAB, LENGTH, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
+    expected = 0.0
+    for x1 in range(VOCAB):
+        for x2 in range(VOCAB):
+            t = target[0][x1] * target[1][x1, x2]
+            ratios = [draft[0][x1] / target[0][x1], draft[1][x1, x2] / target[1][x1, x2]]
+            expected += t * gbv_expected_accepted(ratios, LENGTH)[0]
+    assert expected == pytest.approx(longest_prefix_claim(target, draft).claimed.sum())
 
 
 def test_tokens_per_call_ratio_and_error():
@@ -97,6 +119,8 @@ def test_tokens_per_call_ratio_and_error():
     lambda: path_survival([0.5], 0, "sd"),
     lambda: path_survival([0.5], 2, "kseq"),
     lambda: plug_in_survival([1.5], 2),
+    lambda: plug_in_survival([[0.5, 0.6]], 2),
+    lambda: gbv_expected_accepted([0.5], 2),
     lambda: expected_calls([[1.0, 0.5, 0.7]]),
     lambda: tokens_per_call([1, 2], [1]),
     lambda: predicted_tokens_per_second(2.0, 0.0, 0.0, 1),

@@ -38,6 +38,7 @@ from . import _validate
 __all__ = [
     "path_survival",
     "plug_in_survival",
+    "gbv_expected_accepted",
     "expected_calls",
     "TokensPerCall",
     "tokens_per_call",
@@ -56,13 +57,17 @@ def _windows(values: np.ndarray, draft_length: int, fill: float) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(padded, draft_length)[: len(values)]
 
 
+def _ratios(ratios) -> np.ndarray:
+    rho = _validate.as_float_array(ratios, "ratios")
+    if rho.ndim != 1 or np.any(rho < 0):
+        raise ValueError("ratios: expected a 1-D array of finite values >= 0 (draft over target probability)")
+    return rho
+
+
 def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
     """S_t(k) for k = 0..L ([N, L + 1], S_t(0) = 1) of ``sd`` or ``bv`` along one target path (see
     the module doc): ``ratios`` [N] = D(y_t) / T(y_t) >= 0 at the tokens the target drew."""
-    rho = _validate.as_float_array(ratios, "ratios")
-    if rho.ndim != 1 or np.any(~np.isfinite(rho)) or np.any(rho < 0):
-        raise ValueError("ratios: expected a 1-D array of finite values >= 0 (draft over target probability)")
-    length = int(_validate.count(draft_length, "draft_length", low=1))
+    rho, length = _ratios(ratios), int(_validate.count(draft_length, "draft_length", low=1))
     windows = _windows(rho, length, 1.0)  # [N, L]
     ones = np.ones((len(rho), 1))
     if method == "sd":
@@ -73,15 +78,52 @@ def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
     raise ValueError(f"method: no closed form along a path for {method!r}; known: {', '.join(PATH_METHODS)}")
 
 
-def plug_in_survival(acceptance, draft_length: int) -> np.ndarray:
-    """S_t(k) = prod_{j<k} a_{t+j} ([N, L + 1]) from per-position acceptance ``acceptance`` [N] in
-    [0, 1] given the target's prefix: the approximation of the module doc (biased)."""
+def plug_in_survival(acceptance, draft_length: int, path_draft_probs=None) -> np.ndarray:
+    """S_t(k) = prod_{j<k} a_{t+j}(K_j) ([N, L + 1]): the approximation of the module doc (biased).
+
+    ``acceptance`` [N] or [N, K]: column K' - 1 holds the method's acceptance of one position with
+    K' drafts given the target's prefix. With K drafts only those that drafted the accepted prefix
+    take part further on: the K - 1 others each match the path's j tokens with probability
+    prod_{i<j} D(y_{t+i}) (``path_draft_probs`` [N], needed when K > 1), so K_j = 1 + (K - 1) times
+    that, and a(K_j) is interpolated linearly between whole numbers of drafts.
+    """
     a = _validate.rate(acceptance, "acceptance")
-    if a.ndim != 1:
-        raise ValueError(f"acceptance: expected a 1-D array, got shape {a.shape}")
+    a = a[:, None] if a.ndim == 1 else a
+    if a.ndim != 2 or a.shape[1] < 1:
+        raise ValueError(f"acceptance: expected [N] or [N, K], got shape {np.shape(acceptance)}")
     length = int(_validate.count(draft_length, "draft_length", low=1))
-    windows = _windows(a, length, 1.0)
-    return np.concatenate([np.ones((len(a), 1)), np.cumprod(windows, axis=1)], axis=1)
+    n, k = a.shape
+    if k == 1:
+        matched = np.zeros((n, length))
+    else:
+        if path_draft_probs is None:
+            raise ValueError("path_draft_probs: needed with K > 1 drafts")
+        d = _validate.rate(path_draft_probs, "path_draft_probs")
+        if d.shape != (n,):
+            raise ValueError(f"path_draft_probs: expected shape ({n},), got {d.shape}")
+        windows = _windows(d, length, 1.0)  # [N, L]
+        matched = np.concatenate([np.ones((n, 1)), np.cumprod(windows[:, :-1], axis=1)], axis=1)  # prod_{i<j} D
+    drafts = 1 + (k - 1) * matched  # K_j - 1 as a column index: [N, L] in [0, K - 1]
+    low = np.floor(drafts - 1).astype(np.int64).clip(0, k - 1)
+    high = np.minimum(low + 1, k - 1)
+    share = drafts - 1 - low
+    rows = np.minimum(np.arange(n)[:, None] + np.arange(length), n - 1)  # position t + j  [N, L]
+    factors = (1 - share) * a[rows, low] + share * a[rows, high]
+    factors[np.arange(n)[:, None] + np.arange(length) >= n] = 1.0  # past the path's end: never read
+    return np.concatenate([np.ones((n, 1)), np.cumprod(factors, axis=1)], axis=1)
+
+
+def gbv_expected_accepted(ratios, draft_length: int) -> np.ndarray:
+    """E[tau] of one ``gbv`` call starting at each position t <= N - L ([N - L + 1]), unbiased per
+    start: sum_{k=1..L} sum_{x^k} min(T(x^k), D(x^k)) = sum_k E_T[min(1, prod_{j<k} rho_{t+j})]
+    (its per-call optimum, seed 004 section 3.3; :func:`.blocks.longest_prefix_claim`). A call
+    after one that left a target modification in ``gbv``'s state differs: tokens per call from
+    these (a renewal approximation, starts taken as uniform) are approximate."""
+    rho, length = _ratios(ratios), int(_validate.count(draft_length, "draft_length", low=1))
+    if len(rho) < length:
+        raise ValueError(f"ratios: a path of {len(rho)} tokens holds no call of L = {length}")
+    windows = np.lib.stride_tricks.sliding_window_view(rho, length)  # [N - L + 1, L]
+    return np.minimum(1.0, np.cumprod(windows, axis=1)).sum(axis=1)
 
 
 def expected_calls(survival) -> float:
