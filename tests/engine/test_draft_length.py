@@ -73,11 +73,11 @@ def test_config_reads_the_policy_names():
     assert DecodeConfig("sd", draft_length=3).length_policy is None
 
 
-@pytest.mark.parametrize("method,num_drafts", [("sd", None), ("bv", None), ("kseq", 2)])
+@pytest.mark.parametrize("method,num_drafts", [("sd", None), ("bv", None), ("gbv", None), ("kseq", 2)])
 def test_engine_law_with_a_length_per_prompt(pair, method, num_drafts):
     """Many rows of one batch, each choosing its own L: ragged drafts through the batched kernels
-    (sd, bv) and through the per-row verifier (kseq)."""
-    samples = 1200 if method == "kseq" else SAMPLES
+    (sd, bv) and through the per-row verifier (gbv, whose state sets a floor on L; kseq)."""
+    samples = 1200 if method in ("kseq", "gbv") else SAMPLES
     results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]] * samples, method,
                              num_drafts=num_drafts, draft_length=given_costs(), max_new_tokens=NUM_TOKENS, seed=4)
     assert {s.draft_length for r in results for s in r.steps} == {1, 2, 3}

@@ -28,7 +28,7 @@ def pair():
     return random_pair(vocab_size=3, order=2, seed=5)
 
 
-@pytest.mark.parametrize("method", ["sd", "bv"])
+@pytest.mark.parametrize("method", ["sd", "bv", "gbv"])  # gbv: L never below its pending modification
 @pytest.mark.parametrize("policy", [auto_policy(), HeuristicDraftLength(1, 3, 1)], ids=["auto", "heuristic"])
 def test_policies_keep_the_law_exactly(pair, method, policy):
     law = exact_sequence_law(get_verifier(method), pair, draft_length=policy, num_tokens=NUM_TOKENS)

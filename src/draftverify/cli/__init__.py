@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, check, demo, generate, list_verifiers, sprinter, theory, train_pair
+from . import bench, check, demo, generate, list_verifiers, sprinter, theory, train_pair, tune
 from ._command import Command, CommandError
 from ._progress import Settings
 
@@ -52,6 +52,7 @@ app.command("check", cls=Command)(check.check)
 app.command("list", cls=Command)(list_verifiers.list_verifiers)
 app.command("generate", cls=Command)(generate.generate)
 app.add_typer(bench.app, name="bench")
+app.command("tune", cls=Command)(tune.tune)
 app.command("train-pair", cls=Command)(train_pair.train_pair)
 app.add_typer(theory.app, name="theory")
 app.add_typer(sprinter.app, name="sprinter")

@@ -37,6 +37,7 @@ from ..models.base import Cache, LanguageModel
 from ..probs import warp
 from ..rng import sample
 from ..verify.batched import BATCHED_KERNELS, verify_batch
+from ..verify.modifications import ModificationStack
 from .config import DecodeConfig
 from .draft_length import StepSeconds
 from .gated import gated_step
@@ -151,7 +152,9 @@ class Decoder:
 
     def _parallel_step(self) -> list[RowStep]:
         cfg, k, policy = self.config, self.config.drafts, self.config.length_policy
-        lengths = [policy.choose(self.length_states[p]) if policy else cfg.length for p in self.active]  # L per row
+        # L per row; a gbv state pending over the next m positions needs L >= m
+        lengths = [max(policy.choose(self.length_states[p]), ModificationStack.min_draft_length(self.states[p]))
+                   if policy else cfg.length for p in self.active]
         length, rows = max(lengths), len(self.active)  # every row drafts L = max; row r verifies lengths[r]
         start = time.perf_counter()
         chunk, valid = pending_tokens(self.committed, self.draft_held, self.active)

@@ -7,6 +7,9 @@ on past steps only, never on the draft it is about to verify, so every exact ver
 given the past, a call with any fixed L commits a block whose law is the target's, and the next
 call starts afresh from the committed prefix (``check --draft-length auto`` shows it by
 enumeration; a twin that picks L after seeing the draft fails, tests/testing/test_draft_length.py).
+A verifier whose state modifies the next m target conditionals (``gbv``) gets L >= m whatever the
+policy says (:meth:`~draftverify.verify.modifications.ModificationStack.min_draft_length`): that floor
+too comes from the past.
 
 - :class:`AutoDraftLength` (``draft_length="auto"``): maximises predicted tokens per second,
   E(L) / (L t_d + t_T(L)), with E(L) = 1 + sum_{l<=L} prod_{i<=l} beta_i (seed 002's expected

@@ -19,6 +19,7 @@ from scipy import stats
 
 from ..rng import BranchingSource, inverse_cdf
 from ..verify.acceptance import pooled_acceptance, rejected_tests
+from ..verify.modifications import ModificationStack
 from .enumerate import enumerate_outcomes
 from .markov import KnownLawPair, random_pair
 
@@ -105,7 +106,7 @@ def decode_known_law(
     state, length_state = None, policy.initial()
     calls = accepted = rejections = 0
     while len(prefix) < num_tokens:
-        length = policy.choose(length_state)
+        length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
         tokens, draft_probs, target_probs = _draw_drafts(pair, prefix, num_drafts, length, draft_source)
         result = verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state)
         if not result.tokens:
@@ -152,7 +153,7 @@ def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, dra
             law[prefix[:num_tokens]] += prob
             continue
         state = key.value if isinstance(key, _Opaque) else key
-        length = policy.choose(length_state)
+        length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
 
         def one_call(source, prefix=prefix, state=state, length=length):
             tokens, draft_probs, target_probs = _draw_drafts(pair, list(prefix), num_drafts, length, source)
