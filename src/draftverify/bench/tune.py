@@ -261,7 +261,7 @@ def measure(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]
             totals[i]["tokens"] += len(result.tokens)
             totals[i]["seconds"] += result.seconds
             totals[i]["calls"] += result.target_calls
-    return [dict(spec=spec, draft_length=length, tokens_per_second=t["tokens"] / t["seconds"],
+    return [dict(spec=spec, draft_length="-" if length is None else str(length), tokens_per_second=t["tokens"] / t["seconds"],
                  tokens_per_call=t["tokens"] / t["calls"]) for (spec, length), t in zip(specs, totals.values())]
 
 
@@ -326,8 +326,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ar = next(r for r in report["predictions"] if r["method"] == "ar")
     axis.axhline(ar["tokens_per_second"], color="gray", linestyle="--", label="ar")
     for m in report.get("verify", {}).get("rows", []):
-        if isinstance(m["draft_length"], int):
-            axis.plot(m["draft_length"], m["tokens_per_second"], "kx")
+        if m["draft_length"].isdigit():
+            axis.plot(int(m["draft_length"]), m["tokens_per_second"], "kx")
     axis.set_xlabel("draft length L")
     axis.set_ylabel("tokens / s (predicted; x measured)")
     axis.grid(alpha=0.3)

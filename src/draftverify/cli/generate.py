@@ -8,9 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..verify.acceptance import pooled_acceptance, rejected_tests
 from ._command import above, quiet_transformers
-from ._options import GREEDY, OptionItems, Seed, method_from_args
+from ._options import GREEDY, DraftLength, LengthBound, OptionItems, Seed, draft_length_from_args, method_from_args
 
 __all__ = ["generate"]
 
@@ -20,7 +19,9 @@ def generate(
     method: Annotated[str, typer.Option(help="'ar' or a verifier (see `draftverify list`), e.g. bv, "
                                         "ot(solver=gr,tol=1e-4), kseq(K=4).")] = "bv",
     drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
-    draft_length: Annotated[int | None, typer.Option(min=1, help="L, tokens per draft.", show_default="4")] = None,
+    draft_length: DraftLength = None,
+    min_draft_length: LengthBound = None,
+    max_draft_length: LengthBound = None,
     option: OptionItems = [],
     temperature: Annotated[float | None, typer.Option(
         min=0.0, help="Sampling temperature of draft and target; 0 decodes the argmax.",
@@ -46,7 +47,7 @@ def generate(
     method_spec = method_from_args(method, option)
     temperature = _temperature(method_spec.name, temperature)
     quiet_transformers()
-    from ..engine import DecodeConfig, Decoder
+    from ..engine import DecodeConfig, Decoder, GenerationResult
     from ..engine.generate import generate as generate_with
     from ..models.pair import load_pair
 
@@ -55,7 +56,8 @@ def generate(
         max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed,
     )
     config = DecodeConfig(method_spec.name, num_drafts=drafts if method_spec.num_drafts is None else method_spec.num_drafts,
-                          draft_length=draft_length if method_spec.draft_length is None else method_spec.draft_length,
+                          draft_length=draft_length_from_args(draft_length, min_draft_length, max_draft_length)
+                          if method_spec.draft_length is None else method_spec.draft_length,
                           options=method_spec.options, **settings)  # bad options fail before loading
     pair = load_pair(target, draft or method_spec.draft)
     prompt_ids = pair.tokenizer.encode(prompt)
@@ -82,9 +84,12 @@ def generate(
     footer = [f"method {config.name}", f"{num_tokens} tokens", f"{num_tokens / seconds:.1f} tokens/s",
               f"{num_tokens / max(target_calls, 1):.2f} tokens/target call"]
     if config.speculative:
-        accepted = sum(s.accepted for s in steps)
-        acceptance = pooled_acceptance(accepted, rejected_tests((s.accepted for s in steps), config.length)) or 0.0
-        footer.insert(1, f"acceptance {acceptance:.2f} (K={config.drafts}, L={config.length})")
+        result = GenerationResult(prompt_ids, decoder.generated(0), None, "length", config.name, config.drafts,
+                                  config.length, steps, seconds)
+        lengths = [s.draft_length for s in steps]
+        length = f"L={config.length}" if config.length_policy is None else f"L={draft_length} {min(lengths)}..{max(lengths)}"
+        footer.insert(1, f"acceptance {result.acceptance_rate or 0.0:.2f} (K={config.drafts}, {length}; per position "
+                         f"{' '.join(f'{a:.2f}' for a in result.position_acceptance)})")
     if compare_ar:
         ar = generate_with(pair.target, None, prompt_ids, "ar", tokenizer=pair.tokenizer, **settings)
         footer.append(f"ar {ar.tokens_per_second:.1f} tokens/s -> speedup {num_tokens / seconds / ar.tokens_per_second:.2f}x")
