@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..engine import generate
+from ..engine import generate, generate_batch
 from ..models.base import LanguageModel
 from ..ot import optimal_acceptance
 from ..probs import warp
@@ -114,10 +114,10 @@ def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list
     """Step 1 of the module doc, one prompt at a time (only [N] arrays are kept)."""
     check_pair(target, draft, prompts, settings.max_new_tokens)
     max_k = max(settings.num_drafts)
+    runs = generate_batch(target, None, prompts, "ar", max_new_tokens=settings.max_new_tokens, seed=settings.seed,
+                          temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, ignore_eos=True)
     records = []
-    for i, prompt in enumerate(prompts):
-        run = generate(target, None, prompt, "ar", max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-                       top_k=settings.top_k, top_p=settings.top_p, seed=settings.seed + i, ignore_eos=True)
+    for prompt, run in zip(prompts, runs):
         sequence, n = prompt + run.tokens, len(run.tokens)
         target_probs = _warped(target, sequence, n, settings).numpy()  # [N, V]
         draft_probs = _warped(draft, sequence, n, settings).numpy()
