@@ -60,9 +60,13 @@ def test_a_whole_run_on_known_law_models(models):
     assert len(rows) == 5 * 2 + 1 and rows[-1]["method"] == "ar"
     speeds = [r["tokens_per_second"] for r in rows[:-1]]
     assert speeds == sorted(speeds, reverse=True)
-    assert report["recommendation"]["draft_length"] == rows[0]["draft_length"]
+    best = next(r for r in rows if r["estimator"] == "path (unbiased)")
+    assert (report["recommendation"]["method"], report["recommendation"]["draft_length"]) == (best["method"],
+                                                                                             best["draft_length"])
+    assert (report["approximate_ahead"] is None) == (rows[0] is best)
     measured = report["verify"]["rows"]
-    assert [m["draft_length"] for m in measured] == [str(rows[0]["draft_length"]), "auto", "heuristic", "-"]
+    assert [m["draft_length"] for m in measured[-3:]] == ["auto", "heuristic", "-"]
+    assert str(rows[0]["draft_length"]) == measured[0]["draft_length"] and len(measured) == 3 + 1 + (rows[0] is not best)
     assert all(m["tokens_per_call"] >= 1 for m in measured) and "error" in measured[0]
 
 

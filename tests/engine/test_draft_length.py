@@ -48,6 +48,8 @@ def test_auto_measures_its_costs_when_not_given():
     policy = AutoDraftLength(1, 8)
     state = policy.initial()
     assert policy.costs(state) is None and policy.choose(state) == 4
+    state = policy.update(state, 4, 4, StepSeconds(9.0, 4, 9.0))  # the first step: prefill, not counted
+    assert policy.costs(state) is None
     state = policy.update(state, 4, 4, StepSeconds(0.4, 4, 1.0))
     assert policy.costs(state) == (0.1, [1.0] * 8)  # one L seen: flat target cost
     state = policy.update(state, 2, 2, StepSeconds(0.2, 2, 0.8))

@@ -86,7 +86,11 @@ def _print_tables(report: dict[str, Any], format_table) -> None:
                             ("plug_in_tokens_per_call", "plug-in", ".3f")]))
     best = report["recommendation"]
     print(f"\nrecommended: {best['method']} with L = {best['draft_length']}: {best['tokens_per_second']:.1f} tokens/s "
-          f"predicted, {best['vs_ar']:.2f}x ar")
+          f"predicted, {best['vs_ar']:.2f}x ar (an unbiased estimate)")
+    ahead = report["approximate_ahead"]
+    if ahead:
+        print(f"ahead by an approximation: {ahead['method']} with L = {ahead['draft_length']}: "
+              f"{ahead['tokens_per_second']:.1f} tokens/s predicted ({ahead['estimator']}; --verify measures it)")
     if "verify" in report:
         checked = report["verify"]
         print("\nmeasured (same prompts, EOS ignored)")

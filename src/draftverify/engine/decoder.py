@@ -197,7 +197,7 @@ class Decoder:
             for res, n in zip(results, lengths)
         ]
         if policy is not None:
-            seconds = StepSeconds(draft_done - start, length, target_done - draft_done)
+            seconds = StepSeconds(draft_done - start, length, verify_done - draft_done)
             for r, p in enumerate(self.active):
                 self.length_states[p] = policy.update(self.length_states[p], lengths[r], results[r].num_accepted, seconds)
         self.target.keep_draft(self.target_cache, [res.draft_index for res in results],

@@ -35,7 +35,8 @@ MAX_LENGTH = 8  # the default upper bound on L of both policies
 
 @dataclass(frozen=True)
 class StepSeconds:
-    """What one step cost: its draft forwards (``draft_calls`` of them) and its target call."""
+    """What one step cost: its draft forwards (``draft_calls`` of them), and its target call with
+    the verification after it (the part of a step that does not grow with the draft's forwards)."""
 
     draft_seconds: float
     draft_calls: int
@@ -64,10 +65,12 @@ def _check_bounds(policy) -> None:
 @dataclass(frozen=True)
 class AutoState:
     """Per position i = 1..max_length: (decayed) counts of steps that tested and that accepted it;
-    the measured costs: draft seconds and calls, and per L target seconds and calls."""
+    the steps seen; the measured costs: draft seconds and calls, and per L target seconds and calls
+    (the first step's are left out: they hold the prompt's prefill)."""
 
     tested: tuple[float, ...]
     accepted: tuple[float, ...]
+    steps: int = 0
     draft_seconds: float = 0.0
     draft_calls: int = 0
     target_seconds: tuple[float, ...] = ()
@@ -151,8 +154,8 @@ class AutoDraftLength:
         # positions 1..min(accepted + 1, L) were tested; the first `accepted` of them passed
         tested = [t * self.decay + (i < min(accepted + 1, draft_length)) for i, t in enumerate(state.tested)]
         passed = [a * self.decay + (i < accepted) for i, a in enumerate(state.accepted)]
-        new = replace(state, tested=tuple(tested), accepted=tuple(passed))
-        if seconds is None or self.draft_cost is not None:
+        new = replace(state, tested=tuple(tested), accepted=tuple(passed), steps=state.steps + 1)
+        if seconds is None or self.draft_cost is not None or state.steps == 0:  # the first step holds the prefill
             return new
         target_seconds, target_calls = list(state.target_seconds), list(state.target_calls)
         target_seconds[draft_length - 1] += seconds.target_seconds
