@@ -12,8 +12,8 @@ recommend one, and (``verify``) measure the best few beside the prediction.
    ``sd`` both are printed, the gap is that bias). Standard errors are over prompts.
 3. Costs as ``bench model-cost`` measures them (:func:`.model_cost.call_costs`: a draft step on K
    rows, a target call scoring K drafts of L tokens, cache upkeep included), the verifier's own time
-   on the pass's distributions, and the engine's time per step outside the calls (from a short ``ar``
-   decoding); predicted tokens/s = k / (L t_d + t_T(L) + t_v + t_o).
+   on the pass's distributions, the engine's time per step outside the calls and the prefill (both from
+   a short ``ar`` decoding); predicted tokens/s = k / (L t_d + t_T(L) + t_v + t_o + k t_prefill / N).
 The recommendation is the best setting by an unbiased estimate; a better one by an approximation
 is named beside it (``--verify`` measures both).
 
@@ -158,15 +158,18 @@ def check_pair(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
 class Costs:
     """Seconds: ``draft[K]`` one draft step on K rows, ``target[K][L]`` one target call scoring K
     drafts of L (``target[1][0]``: one token, ``ar``), ``verify[(method, K, L)]`` one verifier
-    call, ``other`` the engine's time per step outside them."""
+    call, ``other`` the engine's time per step outside them, ``prefill`` the target's first call on
+    the prompt (once per decoding; the draft's is taken as t_d / t_T(0) of it)."""
 
     draft: dict[int, float]
     target: dict[int, list[float]]
     verify: dict[tuple[str, int, int], float]
     other: float
+    prefill: float
 
 
-def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int], settings: TuneSettings, target_rows: torch.Tensor, draft_rows: torch.Tensor) -> Costs:
+def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int], settings: TuneSettings,
+                  target_rows: torch.Tensor, draft_rows: torch.Tensor) -> Costs:
     """Step 3 of the module doc. ``target_rows`` [L + 1, V], ``draft_rows`` [L, V]: distributions of
     the pass, on which each verifier is timed with drafts sampled from them."""
     draft_seconds, target_seconds = {}, {}
@@ -195,8 +198,9 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int]
             verify_seconds[method, k, length] = statistics.median(times)
     ar = generate(target, None, prompt, "ar", max_new_tokens=min(64, settings.max_new_tokens), ignore_eos=True,
                   temperature=settings.temperature, seed=settings.seed)
-    other = max(ar.seconds / len(ar.steps) - target_seconds[1][0], 0.0)
-    return Costs(draft_seconds, target_seconds, verify_seconds, other)
+    prefill = ar.steps[0].target_seconds  # the prompt's forward
+    other = max((ar.seconds - prefill) / (len(ar.steps) - 1) - target_seconds[1][0], 0.0)
+    return Costs(draft_seconds, target_seconds, verify_seconds, other, prefill)
 
 
 def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> list[dict[str, Any]]:
@@ -218,8 +222,10 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                          for p in paths]
                 estimator = "plug-in (approx.)"
             per_call = tokens_per_call(tokens, calls)
+            # per step: the verifier, the rest of the engine, and the prefills spread over the N / k steps
+            prefill = costs.prefill * (1 + costs.draft[k] / costs.target[1][0]) * per_call.mean / settings.max_new_tokens
             seconds = dict(draft=costs.draft[k], target=costs.target[k][length],
-                           verify=costs.verify[method, k, length] + costs.other)
+                           verify=costs.verify[method, k, length] + costs.other + prefill)
             speed = float(predicted_tokens_per_second(per_call.mean, seconds["draft"], seconds["target"], length,
                                                       seconds["verify"]))
             row = dict(method=method, num_drafts=k, draft_length=length, tokens_per_call=per_call.mean,
@@ -230,7 +236,7 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                 row["plug_in_tokens_per_call"] = tokens_per_call(tokens, plug).mean
             rows.append(row)
     rows.sort(key=lambda r: -r["tokens_per_second"])
-    ar_speed = 1.0 / (costs.target[1][0] + costs.other)
+    ar_speed = 1.0 / (costs.target[1][0] + costs.other + costs.prefill / settings.max_new_tokens)
     for row in rows:
         row["vs_ar"] = row["tokens_per_second"] / ar_speed
     rows.append(dict(method="ar", num_drafts=0, draft_length=0, tokens_per_call=1.0, standard_error=0.0,
@@ -290,7 +296,8 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
                       top_k=settings.top_k, top_p=settings.top_p, max_draft_length=settings.max_draft_length,
                       num_drafts=list(settings.num_drafts), repeats=settings.repeats, threads=torch.get_num_threads()),
         costs_ms=dict(draft={k: 1e3 * v for k, v in costs.draft.items()},
-                      target={k: [1e3 * s for s in v] for k, v in costs.target.items()}, other=1e3 * costs.other),
+                      target={k: [1e3 * s for s in v] for k, v in costs.target.items()}, other=1e3 * costs.other,
+                      prefill=1e3 * costs.prefill),
         predictions=rows,
         recommendation=dict(method=_spec(best), num_drafts=best["num_drafts"], draft_length=best["draft_length"],
                             tokens_per_second=best["tokens_per_second"], vs_ar=best["vs_ar"]),
