@@ -263,16 +263,18 @@ def measure(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]
     for spec, length in specs:
         run_spec(spec, target, drafts, prompts[0], **{**common, "max_new_tokens": 4, "seed": 0},
                  **({} if spec == "ar" else {"draft_length": length}))
-    totals = {i: dict(tokens=0, seconds=0.0, calls=0) for i in range(len(specs))}
+    runs: list[list[Any]] = [[] for _ in specs]
     for p, prompt in enumerate(prompts):
         for i, (spec, length) in enumerate(specs):
-            result = run_spec(spec, target, drafts, prompt, seed=settings.seed + p, **common,
-                              **({} if spec == "ar" else {"draft_length": length})).result
-            totals[i]["tokens"] += len(result.tokens)
-            totals[i]["seconds"] += result.seconds
-            totals[i]["calls"] += result.target_calls
-    return [dict(spec=spec, draft_length="-" if length is None else str(length), tokens_per_second=t["tokens"] / t["seconds"],
-                 tokens_per_call=t["tokens"] / t["calls"]) for (spec, length), t in zip(specs, totals.values())]
+            runs[i].append(run_spec(spec, target, drafts, prompt, seed=settings.seed + p, **common,
+                                    **({} if spec == "ar" else {"draft_length": length})).result)
+    rows = []
+    for (spec, length), results in zip(specs, runs):
+        per_call = tokens_per_call([len(r.tokens) for r in results], [r.target_calls for r in results])
+        rows.append(dict(spec=spec, draft_length="-" if length is None else str(length),
+                         tokens_per_second=sum(len(r.tokens) for r in results) / sum(r.seconds for r in results),
+                         tokens_per_call=per_call.mean, measured_standard_error=per_call.standard_error))
+    return rows
 
 
 def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], settings: TuneSettings,

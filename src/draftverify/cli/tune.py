@@ -98,6 +98,6 @@ def _print_tables(report: dict[str, Any], format_table) -> None:
             ("spec", "method", "s"), ("draft_length", "L", "s"),
             ("predicted_tokens_per_second", "predicted tokens/s", ".1f"), ("tokens_per_second", "measured tokens/s", ".1f"),
             ("error", "error", "+.1%"), ("predicted_tokens_per_call", "predicted tokens/call", ".3f"),
-            ("tokens_per_call", "measured tokens/call", ".3f")]))
+            ("tokens_per_call", "measured tokens/call", ".3f"), ("measured_standard_error", "+-", ".3f")]))
         print(f"\nauto: {checked['auto_vs_best_fixed']:.3f}x the best fixed L measured, "
               f"{checked['auto_vs_heuristic']:.3f}x transformers' heuristic schedule")
