@@ -21,7 +21,7 @@ measured = measure(pair.target, pair.draft, prompts, specs, s)
 rows = []
 for (m, L), r in zip(specs, measured):
     pred = tokens_per_call(tokens, [expected_calls(path_survival(p.ratios, L, m)) for p in paths])
-    rows.append(dict(method=m, L=L, predicted=pred.mean, se=pred.standard_error, measured=r["tokens_per_call"], measured_se=r["measured_standard_error"],
-                     error=pred.mean / r["tokens_per_call"] - 1))
+    rows.append(dict(method=m, L=L, predicted=pred.mean, se=pred.standard_error, measured=r["tokens_per_call"],
+                     measured_se=r["measured_standard_error"], error=pred.mean / r["tokens_per_call"] - 1))
     print(rows[-1], flush=True)
 json.dump(rows, open("docs/results/tune_calls.json", "w"), indent=1)
