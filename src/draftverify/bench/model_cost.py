@@ -41,6 +41,15 @@ def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> 
     return call
 
 
+def _draft_phase(model: LanguageModel, cache: Any, generator: torch.Generator, length: int) -> Callable[[], None]:
+    def call() -> None:  # L one-token forwards on each row, then one crop back (the engine's draft phase)
+        for _ in range(length):
+            model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1)
+        model.crop(cache, model.lengths(cache) - length)
+
+    return call
+
+
 def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length: int, accepted: int,
            num_drafts: int) -> Callable[[], None]:
     def call() -> None:
@@ -56,7 +65,8 @@ def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length:
 def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt: list[int], *, repeats: int,
                draft_length: int, accepted: int, num_drafts: int = 1, seed: int = 0,
                progress: Progress | None = None) -> dict[str, dict[str, float]]:
-    """Median seconds per call of each kind (``target_1``, ``target_{L+1}``, ``draft_1``) for each
+    """Median seconds per call of each kind (``target_1``, ``target_{L+1}``, ``draft_1``, and
+    ``draft_phase_{L}``: L draft forwards then one crop, as a step drafts) for each
     variant (name -> (target, draft)), calls interleaved across variants and kinds; ``progress``
     (see :mod:`.progress`) follows the rounds. With K = ``num_drafts`` > 1 the target scores K
     drafts of L tokens and a draft step runs on K rows, as the engine's step does."""
@@ -72,6 +82,7 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt:
         calls[name, "target_1"] = _one_token(target, caches["target"], generator)
         calls[name, score_kind] = _score(target, caches["target"], generator, draft_length, accepted, num_drafts)
         calls[name, "draft_1"] = _one_token(draft, caches["draft"], generator)
+        calls[name, f"draft_phase_{draft_length}"] = _draft_phase(draft, caches["draft"], generator, draft_length)
     for call in calls.values():  # warm-up
         for _ in range(5):
             call()

@@ -10,8 +10,9 @@ recommend one, and (``verify``) measure the best few beside the prediction.
    of its per-call E[tau]; ``kseq``, ``ot``, ``multidraft-bv`` by the plug-in product of one-position
    acceptance along target prefixes (biased: an accepted draft prefix does not follow the target; for
    ``sd`` both are printed, the gap is that bias). Standard errors are over prompts.
-3. Costs as ``bench model-cost`` measures them (:func:`.model_cost.call_costs`: a draft step on K
-   rows, a target call scoring K drafts of L tokens, cache upkeep included), the verifier's own time
+3. Costs as ``bench model-cost`` measures them (:func:`.model_cost.call_costs`: a step's L draft
+   forwards on K rows with one crop after them, a target call scoring K drafts of L tokens, cache
+   upkeep included), the verifier's own time
    on the pass's distributions, the engine's time per step outside the calls and the prefill (both from
    a short ``ar`` decoding); predicted tokens/s = k / (L t_d + t_T(L) + t_v + t_o + k t_prefill / N).
 The recommendation is the best setting by an unbiased estimate; a better one by an approximation
@@ -156,16 +157,22 @@ def check_pair(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
 
 @dataclass(frozen=True)
 class Costs:
-    """Seconds: ``draft[K]`` one draft step on K rows, ``target[K][L]`` one target call scoring K
-    drafts of L (``target[1][0]``: one token, ``ar``), ``verify[(method, K, L)]`` one verifier
+    """Seconds: ``draft[K][L]`` a step's L draft forwards on K rows (one crop after them, as the
+    engine drafts; ``draft[K][0]``: one forward and its crop), ``target[K][L]`` one target call scoring K
+    drafts of L (``target[K][0]``: one token, ``ar``), ``verify[(method, K, L)]`` one verifier
     call, ``other`` the engine's time per step outside them, ``prefill`` the target's first call on
     the prompt (once per decoding; the draft's is taken as t_d / t_T(0) of it)."""
 
-    draft: dict[int, float]
+    draft: dict[int, list[float]]
     target: dict[int, list[float]]
     verify: dict[tuple[str, int, int], float]
     other: float
     prefill: float
+
+    @property
+    def one_token(self) -> float:
+        """t_T(0): the target's one-token call (``ar``'s step)."""
+        return self.target[min(self.target)][0]
 
 
 def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int], settings: TuneSettings,
@@ -175,12 +182,14 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int]
     draft_seconds, target_seconds = {}, {}
     for k in sorted({k for _, k in settings.settings()}):
         target_seconds[k] = [0.0] * (settings.max_draft_length + 1)
+        draft_seconds[k] = [0.0] * (settings.max_draft_length + 1)
         for length in range(1, settings.max_draft_length + 1):
             costs = call_costs({"pair": (target, draft)}, prompt, repeats=settings.repeats, draft_length=length,
                                accepted=length // 2, num_drafts=k, seed=settings.seed)["pair"]
             target_seconds[k][length] = costs[f"target_{length + 1}"]
             target_seconds[k][0] = costs["target_1"]
-            draft_seconds[k] = costs["draft_1"]
+            draft_seconds[k][length] = costs[f"draft_phase_{length}"]
+            draft_seconds[k][0] = costs["draft_1"]
     generator = torch.Generator().manual_seed(settings.seed)
     verify_seconds = {}
     for method, k in settings.settings():
@@ -199,7 +208,7 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int]
     ar = generate(target, None, prompt, "ar", max_new_tokens=min(64, settings.max_new_tokens), ignore_eos=True,
                   temperature=settings.temperature, seed=settings.seed)
     prefill = ar.steps[0].target_seconds  # the prompt's forward
-    other = max((ar.seconds - prefill) / (len(ar.steps) - 1) - target_seconds[1][0], 0.0)
+    other = max((ar.seconds - prefill) / (len(ar.steps) - 1) - target_seconds[min(target_seconds)][0], 0.0)
     return Costs(draft_seconds, target_seconds, verify_seconds, other, prefill)
 
 
@@ -223,8 +232,9 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                 estimator = "plug-in (approx.)"
             per_call = tokens_per_call(tokens, calls)
             # per step: the verifier, the rest of the engine, and the prefills spread over the N / k steps
-            prefill = costs.prefill * (1 + costs.draft[k] / costs.target[1][0]) * per_call.mean / settings.max_new_tokens
-            seconds = dict(draft=costs.draft[k], target=costs.target[k][length],
+            draft_prefill = costs.prefill * costs.draft[min(costs.draft)][0] / costs.one_token
+            prefill = (costs.prefill + draft_prefill) * per_call.mean / settings.max_new_tokens
+            seconds = dict(draft=costs.draft[k][length] / length, target=costs.target[k][length],
                            verify=costs.verify[method, k, length] + costs.other + prefill)
             speed = float(predicted_tokens_per_second(per_call.mean, seconds["draft"], seconds["target"], length,
                                                       seconds["verify"]))
@@ -236,7 +246,7 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                 row["plug_in_tokens_per_call"] = tokens_per_call(tokens, plug).mean
             rows.append(row)
     rows.sort(key=lambda r: -r["tokens_per_second"])
-    ar_speed = 1.0 / (costs.target[1][0] + costs.other + costs.prefill / settings.max_new_tokens)
+    ar_speed = 1.0 / (costs.one_token + costs.other + costs.prefill / settings.max_new_tokens)
     for row in rows:
         row["vs_ar"] = row["tokens_per_second"] / ar_speed
     rows.append(dict(method="ar", num_drafts=0, draft_length=0, tokens_per_call=1.0, standard_error=0.0,
@@ -297,7 +307,7 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
         settings=dict(prompts=len(prompts), max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                       top_k=settings.top_k, top_p=settings.top_p, max_draft_length=settings.max_draft_length,
                       num_drafts=list(settings.num_drafts), repeats=settings.repeats, threads=torch.get_num_threads()),
-        costs_ms=dict(draft={k: 1e3 * v for k, v in costs.draft.items()},
+        costs_ms=dict(draft={k: [1e3 * s for s in v] for k, v in costs.draft.items()},
                       target={k: [1e3 * s for s in v] for k, v in costs.target.items()}, other=1e3 * costs.other,
                       prefill=1e3 * costs.prefill),
         predictions=rows,
