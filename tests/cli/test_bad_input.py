@@ -37,10 +37,26 @@ CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_prob
         (["check", "sd", "--seed", "1e23"], "check", ["--seed", "integer"]),
         (["generate", "x", "--top-p", "0"], "generate", ["--top-p"]),
         (["train-pair", "--minutes", "5", "--steps", "3"], "train-pair", ["--minutes", "--steps"]),
+        (["tune", "--prompts", "/nonexistent/prompts.jsonl"], "tune", ["/nonexistent/prompts.jsonl"]),
+        (["tune", "--prompts", "EMPTY_FILE"], "tune", ["no prompts"]),
+        (["tune", "--prompts", "BINARY_FILE"], "tune", ["cannot read"]),
+        (["tune", "--num-drafts", "1"], "tune", ["--num-drafts"]),
+        (["tune", "--methods", "ot"], "tune", ["ot", "not exact"]),
+        (["tune", "--temperature", "0"], "tune", ["--temperature"]),
+        (["generate", "x", "--draft-length", "sometimes"], "generate", ["--draft-length", "sometimes"]),
+        (["generate", "x", "--draft-length", "3", "--min-draft-length", "2"], "generate",
+         ["--min-draft-length", "--draft-length 3"]),
+        (["generate", "x", "--draft-length", "auto", "--min-draft-length", "5", "--max-draft-length", "3"], "generate",
+         ["exclude every length"]),
+        (["generate", "x", "--method", "sprinter", "--draft-length", "auto"], "generate", ["sprinter", "draft"]),
+        (["check", "sd", "--draft-length", "heuristic", "--max-draft-length", "0"], "check", ["--max-draft-length"]),
     ],
 )
-def test_bad_input_is_one_line_naming_the_flag_and_exit_code_2(capsys, argv, command, flags):
-    code = main(argv)
+def test_bad_input_is_one_line_naming_the_flag_and_exit_code_2(capsys, tmp_path, argv, command, flags):
+    files = {"EMPTY_FILE": tmp_path / "empty.jsonl", "BINARY_FILE": tmp_path / "binary.jsonl"}
+    files["EMPTY_FILE"].write_text("\n")
+    files["BINARY_FILE"].write_bytes(b"\xff\xfe\x00")
+    code = main([str(files.get(a, a)) for a in argv])
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1, err

@@ -40,6 +40,14 @@ FAST = [
       "validate=true", "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9", "--max-new-tokens", "4",
       "--stop", "e", "--seed", "1", "--target", "{toy}/target", "--draft", "{toy}/draft", "--compare-ar"], 0),
     (["generate", "def f(x):", "--chat", "--target", "{toy}/target", "--draft", "{toy}/draft"], 2),  # no template
+    (["generate", "def f(x):", "--method", "sd", "--draft-length", "auto", "--min-draft-length", "1",
+      "--max-draft-length", "3", "--max-new-tokens", "6", "--target", "{toy}/target", "--draft", "{toy}/draft"], 0),
+    (["check", "sd", "--draft-length", "auto", "--min-draft-length", "1", "--max-draft-length", "2", "--samples", "5",
+      "--tokens", "1", "--vocab", "3", "--order", "1"], INCONCLUSIVE),
+    (["tune", "--target", "tiny", "--prompts", "humaneval", "--field", "text", "--num-prompts", "2", "--max-new-tokens",
+      "4", "--temperature", "0.9", "--top-k", "20", "--top-p", "0.95", "--methods", "sd", "bv", "--num-drafts", "2",
+      "--max-draft-length", "2", "--repeats", "1", "--verify", "--verify-top", "1", "--threads", "1", "--seed", "0",
+      "--draft", str(ASSETS / "draft"), "--plot", "{tmp}/tune.png", "--json", "{tmp}/tune.json"], 0),
     (["conform", "draftverify", "--method", "sd", "--samples", "800", "--seed", "0", "--time-limit", "10",
       "--json"], 0),
     (["conform", "draftverify", "--layout", "flattened"], 2),  # a named adapter has its own layout

@@ -7,10 +7,10 @@ import pytest
 from draftverify.engine import GenerationResult, StepStats
 
 
-def step(accepted, committed=None, draft_calls=4, target_calls=1, seconds=(0.1, 0.2, 0.05)):
+def step(accepted, committed=None, draft_calls=4, target_calls=1, seconds=(0.1, 0.2, 0.05), draft_length=None):
     return StepStats(drafted=4, verified=5, accepted=accepted, committed=accepted + 1 if committed is None else committed,
                      draft_index=0, draft_calls=draft_calls, target_calls=target_calls, draft_seconds=seconds[0],
-                     target_seconds=seconds[1], verify_seconds=seconds[2])
+                     target_seconds=seconds[1], verify_seconds=seconds[2], draft_length=draft_length)
 
 
 def result(steps, tokens=None, draft_length=4, seconds=2.0):
@@ -40,3 +40,11 @@ def test_ar_has_no_acceptance():
     assert ar.acceptance_rate is None and ar.position_acceptance == []
     assert result([], tokens=[]).acceptance_rate is None
     assert result([], tokens=[], seconds=0.0).tokens_per_second == float("inf")
+
+
+def test_per_position_acceptance_with_a_length_per_step():
+    # L = 4, 2, 1 (draft_length="auto"): the steps that drafted a position are its denominator
+    r = result([step(4, draft_length=4), step(2, draft_length=2), step(0, draft_length=1)])
+    assert r.accepted_per_position == [2, 2, 1, 1]
+    assert r.position_acceptance == pytest.approx([2 / 3, 1.0, 1.0, 1.0])
+    assert r.acceptance_rate == pytest.approx(6 / 7)  # only the last step made a rejected test

@@ -8,7 +8,7 @@ import torch
 
 from draftverify import rng
 from draftverify.verify import block
-from draftverify.verify.base import VerifyResult, get_verifier
+from draftverify.verify.base import Verifier, VerifyResult, get_verifier
 
 
 class ResampleFromTarget:
@@ -54,3 +54,20 @@ class BVStoppingAtFirstRejection:
             return get_verifier("bv").verify(draft_tokens, draft_probs, target_probs, generator=generator)
         finally:
             block.last_success = original
+
+
+@dataclasses.dataclass(frozen=True)
+class PeekingLength(Verifier):
+    """Broken twin: verifies only the first L - 1 drafted tokens unless the last one is the draft's
+    most likely token there, i.e. picks L from the draft it is verifying."""
+
+    name = "peeking-length"
+    description = "broken on purpose"
+    exact = False
+    inner: str = "sd"
+
+    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state):
+        last = draft_tokens[0, -1]
+        keep = draft_tokens.shape[1] - int(last != draft_probs[0, -1].argmax())
+        return get_verifier(self.inner)._verify(draft_tokens[:, :keep], draft_probs[:, :keep],
+                                                target_probs[:, : keep + 1], generator, state)

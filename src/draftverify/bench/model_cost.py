@@ -34,17 +34,27 @@ KV_CACHES = ("dynamic", "static")
 
 
 def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> Callable[[], None]:
-    def call() -> None:
-        model.forward(cache, torch.randint(0, model.vocab_size, (1, 1), generator=generator), None, 1)
+    def call() -> None:  # one token on each of the cache's rows
+        model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1)
         model.crop(cache, model.lengths(cache) - 1)
 
     return call
 
 
-def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length: int, accepted: int) -> Callable[[], None]:
+def _draft_phase(model: LanguageModel, cache: Any, generator: torch.Generator, length: int) -> Callable[[], None]:
+    def call() -> None:  # L one-token forwards on each row, then one crop back (the engine's draft phase)
+        for _ in range(length):
+            model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1)
+        model.crop(cache, model.lengths(cache) - length)
+
+    return call
+
+
+def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length: int, accepted: int,
+           num_drafts: int) -> Callable[[], None]:
     def call() -> None:
         pending = torch.randint(0, model.vocab_size, (1, 1), generator=generator)  # [B=1, m=1]
-        drafts = torch.randint(0, model.vocab_size, (1, 1, length), generator=generator)  # [B=1, K=1, L]
+        drafts = torch.randint(0, model.vocab_size, (1, num_drafts, length), generator=generator)  # [B=1, K, L]
         model.score_drafts(cache, pending, None, drafts)
         model.keep_draft(cache, torch.tensor([0]), torch.tensor([accepted]))
         model.crop(cache, model.lengths(cache) - 1 - accepted)
@@ -53,11 +63,13 @@ def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length:
 
 
 def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt: list[int], *, repeats: int,
-               draft_length: int, accepted: int, seed: int = 0,
+               draft_length: int, accepted: int, num_drafts: int = 1, seed: int = 0,
                progress: Progress | None = None) -> dict[str, dict[str, float]]:
-    """Median seconds per call of each kind (``target_1``, ``target_{L+1}``, ``draft_1``) for each
+    """Median seconds per call of each kind (``target_1``, ``target_{L+1}``, ``draft_1``, and
+    ``draft_phase_{L}``: L draft forwards then one crop, as a step drafts) for each
     variant (name -> (target, draft)), calls interleaved across variants and kinds; ``progress``
-    (see :mod:`.progress`) follows the rounds."""
+    (see :mod:`.progress`) follows the rounds. With K = ``num_drafts`` > 1 the target scores K
+    drafts of L tokens and a draft step runs on K rows, as the engine's step does."""
     generator = torch.Generator().manual_seed(seed)
     calls: dict[tuple[str, str], Callable[[], None]] = {}
     score_kind = f"target_{draft_length + 1}"
@@ -66,9 +78,11 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt:
         for role, model in (("target", target), ("draft", draft)):
             caches[role] = model.new_cache(1)
             model.forward(caches[role], torch.tensor([prompt]), None, 1)
+        draft.reindex(caches["draft"], [0] * num_drafts)  # the engine's K draft rows
         calls[name, "target_1"] = _one_token(target, caches["target"], generator)
-        calls[name, score_kind] = _score(target, caches["target"], generator, draft_length, accepted)
+        calls[name, score_kind] = _score(target, caches["target"], generator, draft_length, accepted, num_drafts)
         calls[name, "draft_1"] = _one_token(draft, caches["draft"], generator)
+        calls[name, f"draft_phase_{draft_length}"] = _draft_phase(draft, caches["draft"], generator, draft_length)
     for call in calls.values():  # warm-up
         for _ in range(5):
             call()

@@ -50,8 +50,12 @@ def load_prompts(source: str, *, field: str = "text", limit: int | None = None) 
 def _jsonl(path: Path, field: str) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such prompt file (or give one of: {', '.join(SETS)})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the prompt file ({error})") from None
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

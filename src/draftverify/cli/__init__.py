@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, check, conform, demo, generate, list_verifiers, sprinter, theory, train_draft, train_pair
+from . import bench, check, conform, demo, generate, list_verifiers, sprinter, theory, train_draft, train_pair, tune
 from ._command import Command, CommandError
 from ._progress import Settings
 
@@ -53,6 +53,7 @@ app.command("conform", cls=Command)(conform.conform)
 app.command("list", cls=Command)(list_verifiers.list_verifiers)
 app.command("generate", cls=Command)(generate.generate)
 app.add_typer(bench.app, name="bench")
+app.command("tune", cls=Command)(tune.tune)
 app.command("train-pair", cls=Command)(train_pair.train_pair)
 app.command("train-draft", cls=Command)(train_draft.train_draft)
 app.add_typer(theory.app, name="theory")

@@ -39,6 +39,8 @@ _LIBRARY_NAMES = {
     "false_positive_rate": "false_positive",
     "target_probs": "target",
     "draft_probs": "draft",
+    "min_length": "min_draft_length",
+    "max_length": "max_draft_length",
 }
 _IDENTIFIER = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")  # code-style names: num_tokens, target_probs
 _NUMBER = re.compile(r"-(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-inf")  # a negative value, not a flag

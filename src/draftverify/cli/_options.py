@@ -11,7 +11,8 @@ import typer
 from ..engine.config import GREEDY  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 from ..verify import MethodSpec, parse_method, typed_options
 
-__all__ = ["GREEDY", "DraftFolder", "JsonFile", "OptionItems", "Seed", "TargetFolder", "method_from_args"]
+__all__ = ["GREEDY", "DraftFolder", "DraftLength", "JsonFile", "LengthBound", "OptionItems", "Seed", "TargetFolder",
+           "draft_length_from_args", "method_from_args"]
 
 
 Seed = Annotated[int, typer.Option(min=0, max=2**64 - 1, help="Random seed, an int in [0, 2**64 - 1].")]
@@ -21,6 +22,26 @@ OptionItems = Annotated[list[str], typer.Option(
 TargetFolder = Annotated[str | None, typer.Option(help="Target: 'smollm2' (the default pair), 'tiny' (the embedded 7M pair), a .gguf file or a local transformers folder.", show_default="smollm2")]
 DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the named target's own draft")]
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
+DraftLength = Annotated[str | None, typer.Option(
+    metavar="L|auto|heuristic", help="L, tokens per draft; auto: each step's L chosen from the decoding's past "
+    "(predicted tokens/s); heuristic: transformers' schedule (+2 after a fully accepted draft, -1 otherwise).",
+    show_default="4")]
+LengthBound = Annotated[int | None, typer.Option(min=1, help="A bound on L for auto and heuristic.", show_default="1 and 8")]
+
+
+def draft_length_from_args(text: str | None, min_length: int | None, max_length: int | None):
+    """``--draft-length`` as an int or a draft-length policy with its bounds (only a policy takes them)."""
+    from ..engine.draft_length import draft_length_policy
+
+    if text is None or text.isdigit():
+        given = [f for f, v in (("--min-draft-length", min_length), ("--max-draft-length", max_length)) if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} bound --draft-length auto or heuristic, not --draft-length {text or 'unset'}")
+        if text is not None and int(text) < 1:
+            raise ValueError(f"--draft-length must be >= 1, got {text}")
+        return None if text is None else int(text)
+    bounds = {k: v for k, v in (("min_length", min_length), ("max_length", max_length)) if v is not None}
+    return draft_length_policy(text, **bounds)
 
 
 def method_from_args(

@@ -9,9 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ..verify.acceptance import pooled_acceptance, rejected_tests
 from ._command import above, quiet_transformers
-from ._options import OptionItems, Seed, TargetFolder, method_from_args
+from ._options import DraftLength, LengthBound, OptionItems, Seed, TargetFolder, draft_length_from_args, method_from_args
 
 __all__ = ["generate"]
 
@@ -21,7 +20,9 @@ def generate(
     method: Annotated[str, typer.Option(help="'ar' or a verifier (see `draftverify list`), e.g. bv, "
                                         "ot(solver=gr,tol=1e-4), kseq(K=4).")] = "bv",
     num_drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
-    draft_length: Annotated[int | None, typer.Option(min=1, help="L, tokens per draft.", show_default="4")] = None,
+    draft_length: DraftLength = None,
+    min_draft_length: LengthBound = None,
+    max_draft_length: LengthBound = None,
     option: OptionItems = [],
     temperature: Annotated[float | None, typer.Option(
         min=0.0, help="Sampling temperature of draft and target; 0 decodes the argmax.",
@@ -47,17 +48,23 @@ def generate(
     """Generate text with draft-then-verify decoding (default: SmolLM2-135M-Instruct and its draft)."""
     if not prompt.strip():
         raise ValueError("the prompt is empty")
+    length = draft_length_from_args(draft_length, min_draft_length, max_draft_length)  # L, a policy or None
+    policy = None if length is None or isinstance(length, int) else length
     method_spec = method_from_args(method, [("--option", item) for item in option], num_drafts=num_drafts,
-                                   draft_length=draft_length, draft=draft)
+                                   draft_length=None if policy else length, draft=draft)
+    if policy is not None and method_spec.draft_length is not None:
+        raise ValueError(f"method {method!r} sets L={method_spec.draft_length} but --draft-length {draft_length} was given: "
+                         "give it once")
     quiet_transformers()
-    from ..engine import AR, DecodeConfig, Decoder
+    from ..engine import AR, DecodeConfig, Decoder, GenerationResult
     from ..engine.generate import generate as generate_with
     from ..models.chat import encode_prompt, has_chat_template
     from ..models.pair import load_pair
 
     settings = dict(top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed)
     # the method parsed once, above (with --num-drafts, --draft-length, --draft); bad options fail before loading
-    config = DecodeConfig(dataclasses.replace(method_spec, draft=None), temperature=temperature, **settings)
+    config = DecodeConfig(dataclasses.replace(method_spec, draft=None), draft_length=policy, temperature=temperature,
+                          **settings)
     pair = load_pair(target, method_spec.draft, tokenizer=tokenizer)
     prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
     if not prompt_ids:
@@ -84,9 +91,12 @@ def generate(
     footer = [f"method {config.name}", f"{num_tokens} tokens", f"{num_tokens / seconds:.1f} tokens/s",
               f"{num_tokens / max(target_calls, 1):.2f} tokens/target call"]
     if config.speculative:
-        accepted = sum(s.accepted for s in steps)
-        acceptance = pooled_acceptance(accepted, rejected_tests((s.accepted for s in steps), config.length)) or 0.0
-        footer.insert(1, f"acceptance {acceptance:.2f} (K={config.drafts}, L={config.length})")
+        result = GenerationResult(prompt_ids, decoder.generated(0), None, "length", config.name, config.drafts,
+                                  config.length, steps, seconds)
+        lengths = [s.draft_length for s in steps if s.draft_length is not None]
+        length = f"L={config.length}" if config.length_policy is None else f"L={draft_length} {min(lengths)}..{max(lengths)}"
+        footer.insert(1, f"acceptance {result.acceptance_rate or 0.0:.2f} (K={config.drafts}, {length}; per position "
+                         f"{' '.join(f'{a:.2f}' for a in result.position_acceptance)})")
     if compare_ar:
         ar = generate_with(pair.target, None, prompt_ids, AR, tokenizer=pair.tokenizer, temperature=config.temperature,
                            **settings)

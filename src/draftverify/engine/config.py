@@ -10,6 +10,7 @@ import torch
 
 from ..probs import warp
 from ..verify import MethodSpec, Verifier, get_verifier, parse_method
+from .draft_length import DraftLengthPolicy, draft_length_policy
 
 __all__ = ["DecodeConfig", "AR", "GREEDY", "SEED_RANGE"]
 
@@ -28,14 +29,15 @@ class DecodeConfig:
     target: verifiers are exact for the warped target. ``temperature`` unset is 1, and 0 for
     ``greedy``, which decodes at temperature 0 only (it keeps the target's argmax; at any other
     temperature its output would still be the argmax, not the target's law), so ``greedy`` with a
-    temperature other than 0 is an error. ``method`` may also be a
+    temperature other than 0 is an error. ``draft_length`` may also be ``"auto"``,
+    ``"heuristic"`` or a policy of :mod:`.draft_length` (each step's L chosen from the past). ``method`` may also be a
     :class:`~draftverify.verify.MethodSpec` a caller parsed already (the CLI: the method is parsed
     once, at the boundary) or a ``Verifier`` instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
     option of that name), so benchmarks generate exactly ``max_new_tokens``."""
 
     method: str | MethodSpec | Verifier = "sd"
     num_drafts: int | None = None
-    draft_length: int | None = None
+    draft_length: int | str | DraftLengthPolicy | None = None
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
@@ -67,8 +69,13 @@ class DecodeConfig:
         verifier = self.verifier()  # unknown names and options raise here
         if self.num_drafts is not None and self.num_drafts < 1:
             raise ValueError(f"num_drafts must be >= 1, got {self.num_drafts}")
-        if self.draft_length is not None and self.draft_length < 1:
+        if isinstance(self.draft_length, str):
+            object.__setattr__(self, "draft_length", draft_length_policy(self.draft_length))
+        if isinstance(self.draft_length, int) and self.draft_length < 1:
             raise ValueError(f"draft_length must be >= 1, got {self.draft_length}")
+        if self.length_policy is not None and verifier.strategy == "gated":
+            raise ValueError(f"verifier {self.name!r} decides its own draft lengths; draft_length = "
+                             f"{type(self.draft_length).__name__} needs a verifier with parallel drafts")
         if self.drafts > 1 and not verifier.multi_draft:
             raise ValueError(f"verifier {self.name!r} takes one draft; num_drafts = {self.drafts} needs a multi-draft verifier")
 
@@ -113,8 +120,15 @@ class DecodeConfig:
 
     @property
     def length(self) -> int:
-        """L (4 when unset)."""
+        """L (4 when unset; a policy's upper bound)."""
+        if self.length_policy is not None:
+            return self.length_policy.max_length
         return 4 if self.draft_length is None else self.draft_length
+
+    @property
+    def length_policy(self) -> DraftLengthPolicy | None:
+        """The policy choosing each step's L, or None for a fixed L."""
+        return None if self.draft_length is None or isinstance(self.draft_length, int) else self.draft_length
 
     def verifier(self) -> Verifier:
         """The verifier the engine calls. A registered one runs with ``validate=False`` unless the

@@ -30,7 +30,9 @@ from ..models.base import Cache, LanguageModel
 from ..models.hidden import HiddenStateTap
 from ..probs import warp
 from ..rng import sample
+from ..verify.modifications import ModificationStack
 from .config import DecodeConfig
+from .draft_length import StepSeconds
 from .gated import gated_step
 from .pending import pending_tokens
 from .stats import StepStats
@@ -102,6 +104,8 @@ class Decoder:
         self.active = list(range(len(prompts)))  # the prompt of each cache row
         self.target_cache = target.new_cache(len(prompts))
         self.draft_cache = draft.new_cache(len(prompts)) if config.speculative else None
+        policy = config.length_policy if config.speculative else None  # each prompt's L from its own past
+        self.length_states = [policy.initial() for _ in prompts] if policy is not None else None
 
     @property
     def done(self) -> bool:
@@ -130,6 +134,23 @@ class Decoder:
         if self.context is None:
             return length
         return min(length, self.context - max(len(self.committed[p]) for p in self.active))
+
+    def row_lengths(self, length: int) -> list[int]:
+        """Each active prompt's L this step: ``length`` (the step's L, see :meth:`draft_length`), or
+        with a draft-length policy its choice from that prompt's past, at least a gbv state's pending
+        modification and at most ``length``."""
+        policy = self.config.length_policy
+        if policy is None:
+            return [length] * len(self.active)
+        return [min(length, max(policy.choose(self.length_states[p]), ModificationStack.min_draft_length(self.states[p])))
+                for p in self.active]
+
+    def observe(self, lengths: list[int], accepted: list[int], seconds: StepSeconds) -> None:
+        """A draft-length policy sees what each active prompt's step accepted (after verification)."""
+        policy = self.config.length_policy
+        if policy is not None:
+            for r, p in enumerate(self.active):
+                self.length_states[p] = policy.update(self.length_states[p], lengths[r], accepted[r], seconds)
 
     def pending(self, cache: Cache) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The committed tokens each row of ``cache`` has not seen, left-padded: ``[R, m]`` and the

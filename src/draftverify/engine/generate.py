@@ -11,6 +11,7 @@ from ..models.base import LanguageModel
 from ..verify import Verifier
 from .config import DecodeConfig
 from .decoder import Decoder, RowStep
+from .draft_length import DraftLengthPolicy
 from .stats import GenerationResult
 
 __all__ = ["generate", "generate_batch", "stream"]
@@ -60,7 +61,7 @@ def generate_batch(
     method: str | Verifier = "sd",
     *,
     num_drafts: int | None = None,
-    draft_length: int | None = None,
+    draft_length: int | str | DraftLengthPolicy | None = None,
     temperature: float | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
@@ -76,7 +77,8 @@ def generate_batch(
 
     ``method`` is ``"ar"`` or a registered verifier (see ``draftverify.verifiers()``) in the method
     grammar (``"bv"``, ``"ot(solver=gr,tol=1e-4)"``, ``"kseq(K=4)"``), with more of its ``options``.
-    ``temperature`` unset is 1 (0 for ``greedy``, which takes no other). ``tokenizer`` decodes the
+    ``draft_length`` is L, or ``"auto"`` / ``"heuristic"`` / a policy of :mod:`.draft_length` choosing
+    each step's L per prompt from that prompt's past (see :class:`DecodeConfig`). ``temperature`` unset is 1 (0 for ``greedy``, which takes no other). ``tokenizer`` decodes the
     text (needed for ``stop``); ``eos_token_id`` defaults to the target's. The result of prompt i
     is ``results[i]``; its ``seconds`` is the batch's.
     """

@@ -30,6 +30,7 @@ class StepStats:
     draft_seconds: float
     target_seconds: float
     verify_seconds: float
+    draft_length: int | None = None  # L of a step with parallel drafts (None: ar, gated)
 
 
 @dataclass(frozen=True)
@@ -65,14 +66,24 @@ class GenerationResult:
         tokens after a rejection were never tested and are not counted. None for ar."""
         if not self.draft_length or not self.steps:
             return None
-        return pooled_acceptance(self.accepted, rejected_tests((s.accepted for s in self.steps), self.draft_length))
+        rejections = sum(rejected_tests([s.accepted], self._length(s)) for s in self.steps)
+        return pooled_acceptance(self.accepted, rejections)
+
+    def _length(self, step: StepStats) -> int:
+        return self.draft_length if step.draft_length is None else step.draft_length
+
+    @property
+    def accepted_per_position(self) -> list[int]:
+        """Entry i: steps that accepted draft position i + 1 (vLLM's
+        ``spec_decode_num_accepted_tokens_per_pos``), i = 0..L-1 (L: the largest draft length)."""
+        return [sum(s.accepted > i for s in self.steps) for i in range(self.draft_length)]
 
     @property
     def position_acceptance(self) -> list[float]:
-        """Entry i: fraction of steps that accepted draft position i + 1 (i.e. accepted > i)."""
-        if not self.steps:
-            return [0.0] * self.draft_length
-        return [sum(s.accepted > i for s in self.steps) / len(self.steps) for i in range(self.draft_length)]
+        """Entry i: fraction of the steps that drafted position i + 1 that accepted it (0 where no
+        step drafted it); with a fixed L, of all steps. Shows where drafts break."""
+        drafted = [sum(self._length(s) > i for s in self.steps) for i in range(self.draft_length)]
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, drafted)]
 
     @property
     def tokens_per_target_call(self) -> float:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..rng import sample
+from .draft_length import StepSeconds
 from .stats import StepStats
 
 if TYPE_CHECKING:
@@ -36,8 +37,11 @@ def ar_step(dec: Decoder) -> list[RowStep]:
 
 
 def speculative_step(dec: Decoder, length: int) -> list[RowStep]:
-    """One step of K drafts of ``length`` = L tokens for every active prompt (R of them)."""
+    """One step of K drafts of ``length`` = L tokens for every active prompt (R of them); with a
+    draft-length policy prompt r verifies its own L_r <= L, chosen from its past."""
     k, rows = dec.config.drafts, len(dec.active)
+    lengths = dec.row_lengths(length)  # [R]
+    length = max(lengths)  # every row drafts L = max L_r
     start = time.perf_counter()
 
     # 1. draft: the tokens the draft has not seen, then L - 1 drafted ones, K rows per prompt
@@ -59,19 +63,20 @@ def speculative_step(dec: Decoder, length: int) -> list[RowStep]:
 
     # 3. verify: each prompt's K drafts (one batched kernel call where the verifier has one)
     results = dec.verifier.verify_rows(draft_tokens, draft_probs, target_probs, dec.generator,
-                                       [dec.states[p] for p in dec.active])
+                                       [dec.states[p] for p in dec.active], lengths)
     for p, result in zip(dec.active, results):
         dec.states[p] = result.state
     verify_done = time.perf_counter()
+    dec.observe(lengths, [res.num_accepted for res in results], StepSeconds(draft_done - start, length, verify_done - draft_done))
 
     # 4. commit: the target keeps the chosen draft's accepted prefix, the draft cache its row
     dec.target.keep_draft(dec.target_cache, [res.draft_index for res in results], [res.num_accepted for res in results])
     stats = [
-        StepStats(drafted=k * length, verified=k * (length + 1), accepted=res.num_accepted, committed=0,
+        StepStats(drafted=k * n, verified=k * (n + 1), accepted=res.num_accepted, committed=0,
                   draft_index=res.draft_index, draft_calls=length, target_calls=1,
                   draft_seconds=draft_done - start, target_seconds=target_done - draft_done,
-                  verify_seconds=verify_done - target_done)
-        for res in results
+                  verify_seconds=verify_done - target_done, draft_length=n)
+        for res, n in zip(results, lengths)
     ]
     draft_rows = [r * k + res.draft_index for r, res in enumerate(results)]  # [R]
     return dec.commit([res.tokens for res in results], draft_rows, stats)

@@ -3,14 +3,16 @@ the law of their first N tokens against the target's, enumerated exactly.
 
 Works with any object that has the contract's ``verify`` (see :mod:`draftverify.verify.base`),
 so users can check their own verifiers. ``state`` is passed along across calls, as the ordinary
-decoding loop does.
+decoding loop does. ``draft_length`` is an L for every call, or a policy that chooses each call's
+L from the past calls (``initial()``, ``choose(state)``, ``update(state, L, accepted, None)`` over a
+hashable state, as :mod:`draftverify.engine.draft_length`'s policies).
 """
 
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -18,6 +20,7 @@ from scipy import optimize, stats
 
 from ..rng import BranchingSource, inverse_cdf
 from ..verify.acceptance import pooled_acceptance, rejected_tests
+from ..verify.modifications import ModificationStack
 from .enumerate import enumerate_outcomes
 from .markov import KnownLawPair, random_pair
 
@@ -25,6 +28,32 @@ __all__ = [
     "ExactnessReport", "DecodeTrace", "FAILED", "INCONCLUSIVE", "PASSED", "check_exactness", "decode_known_law",
     "detectable_tv", "exact_sequence_law", "goodness_of_fit",
 ]
+
+
+@dataclass(frozen=True)
+class _FixedLength:
+    """The same L at every call, as a draft-length policy."""
+
+    length: int
+    max_length: int = 0
+
+    def initial(self) -> None:
+        return None
+
+    def choose(self, state: None) -> int:
+        return self.length
+
+    def update(self, state: None, draft_length: int, accepted: int, seconds: None) -> None:
+        return None
+
+
+def _policy(draft_length):
+    if isinstance(draft_length, numbers.Integral):
+        return _FixedLength(draft_length, draft_length)
+    if not all(hasattr(draft_length, name) for name in ("initial", "choose", "update", "max_length")):
+        raise ValueError(f"draft_length: expected an int >= 1 or a draft-length policy (initial, choose, update, "
+                         f"max_length), got {draft_length!r}")
+    return draft_length
 
 
 @dataclass(frozen=True)
@@ -69,7 +98,7 @@ class ExactnessReport:
     tokens_per_call: float  # committed tokens per verify call (block efficiency)
     samples: int
     num_drafts: int
-    draft_length: int
+    draft_length: int  # L, or the largest L of a draft-length policy
     num_tokens: int
 
     def passed(self) -> bool:
@@ -94,24 +123,26 @@ def _draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length:
 
 
 def decode_known_law(
-    verifier, pair: KnownLawPair, num_drafts: int, draft_length: int, num_tokens: int, source, draft_source=None
+    verifier, pair: KnownLawPair, num_drafts: int, draft_length: int | Any, num_tokens: int, source, draft_source=None
 ) -> DecodeTrace:
     """The ordinary decoding loop on a known-law pair until ``num_tokens`` tokens are committed.
 
     The verifier draws from ``source``; drafts from ``draft_source`` (a numpy Generator: faster for
     Monte Carlo), or from ``source`` too when that is a BranchingSource (enumeration)."""
     draft_source = source if draft_source is None else draft_source
+    policy = _policy(draft_length)
     prefix: list[int] = []
-    state = None
+    state, length_state = None, policy.initial()
     calls = accepted = rejections = 0
     while len(prefix) < num_tokens:
-        tokens, draft_probs, target_probs = _draw_drafts(pair, prefix, num_drafts, draft_length, draft_source)
+        length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
+        tokens, draft_probs, target_probs = _draw_drafts(pair, prefix, num_drafts, length, draft_source)
         result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
         prefix.extend(int(t) for t in result.tokens)
-        state = result.state
+        state, length_state = result.state, policy.update(length_state, length, result.num_accepted, None)
         calls += 1
         accepted += result.num_accepted
-        rejections += rejected_tests([result.num_accepted], draft_length)
+        rejections += rejected_tests([result.num_accepted], length)
     return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted, rejections)
 
 
@@ -130,31 +161,35 @@ def _state_key(state):
         return _Opaque(state)
 
 
-def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, draft_length: int = 2, num_tokens: int = 3) -> np.ndarray:
+def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, draft_length: int | Any = 2,
+                       num_tokens: int = 3) -> np.ndarray:
     """Exact law of the first ``num_tokens`` tokens decoded through ``verifier``: array [V] * num_tokens,
     to compare with ``pair.target.law(num_tokens)``.
 
     Dynamic programming over calls: the frontier holds (prefix, state) with their probabilities;
     each call's drafts and verifier draws are enumerated together, and equal (prefix, state)
-    outcomes are merged (states that cannot be hashed are kept apart).
+    outcomes are merged (states that cannot be hashed are kept apart); a draft-length policy's
+    state is part of the key.
     """
     verifier = _resolve(verifier)
+    policy = _policy(draft_length)
     law = np.zeros((pair.vocab_size,) * num_tokens)
-    frontier: dict[tuple, float] = {((), None): 1.0}
+    frontier: dict[tuple, float] = {((), None, policy.initial()): 1.0}
     while frontier:
-        (prefix, key), prob = frontier.popitem()
+        (prefix, key, length_state), prob = frontier.popitem()
         if len(prefix) >= num_tokens:
             law[prefix[:num_tokens]] += prob
             continue
         state = key.value if isinstance(key, _Opaque) else key
+        length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
 
-        def one_call(source, prefix=prefix, state=state):
-            tokens, draft_probs, target_probs = _draw_drafts(pair, list(prefix), num_drafts, draft_length, source)
+        def one_call(source, prefix=prefix, state=state, length=length):
+            tokens, draft_probs, target_probs = _draw_drafts(pair, list(prefix), num_drafts, length, source)
             result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
-            return tuple(int(t) for t in result.tokens), _state_key(result.state)
+            return tuple(int(t) for t in result.tokens), _state_key(result.state), result.num_accepted
 
-        for (tokens, new_key), branch_prob in enumerate_outcomes(one_call).items():
-            entry = (prefix + tokens, new_key)
+        for (tokens, new_key, accepted), branch_prob in enumerate_outcomes(one_call).items():
+            entry = (prefix + tokens, new_key, policy.update(length_state, length, accepted, None))
             frontier[entry] = frontier.get(entry, 0.0) + prob * branch_prob
     return law
 
@@ -236,7 +271,7 @@ def check_exactness(
     pair: KnownLawPair | None = None,
     *,
     num_drafts: int = 1,
-    draft_length: int = 2,
+    draft_length: int | Any = 2,
     num_tokens: int = 4,
     samples: int = 20000,
     seed: int = 0,
@@ -258,7 +293,7 @@ def check_exactness(
     verifier = _resolve(verifier)
     if pair is not None and not isinstance(pair, KnownLawPair):
         raise ValueError(f"pair: expected a KnownLawPair (e.g. random_pair(vocab_size=4)), got {type(pair).__name__}")
-    for name, value in (("samples", samples), ("num_drafts", num_drafts), ("draft_length", draft_length),
+    for name, value in (("samples", samples), ("num_drafts", num_drafts), ("draft_length", _policy(draft_length).max_length),
                         ("num_tokens", num_tokens)):
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -304,7 +339,7 @@ def check_exactness(
         tokens_per_call=(accepted + calls) / calls,
         samples=samples,
         num_drafts=num_drafts,
-        draft_length=draft_length,
+        draft_length=_policy(draft_length).max_length,
         num_tokens=num_tokens,
     )
 

@@ -10,6 +10,7 @@ seed's statement is corrected or refuted (``docs/theory.md`` lists them all):
 - :mod:`.multidraft`: K-SEQ, alpha*, SpecTr-GBV's claimed bound (Sun et al. 2023; seeds 001, 004)
 - :mod:`.sprinter`: SPRINTER's law, run length, stopping time, acceptance (seed 003)
 - :mod:`.global_resolution`: Global Resolution's error bounds (seed 001)
+- :mod:`.tuning`: tokens per target call of a decoding, predicted from target-sampled paths (``tune``)
 
 Block statements take *conditional tables*: ``tables[i]`` of shape ``[V] * (i + 1)`` holds the
 conditional of block token i + 1 given the block's first i tokens.
@@ -60,6 +61,15 @@ from .temperature import (
     temperature_law,
     tempered,
 )
+from .tuning import (
+    TokensPerCall,
+    expected_calls,
+    gbv_expected_accepted,
+    path_survival,
+    plug_in_survival,
+    predicted_tokens_per_second,
+    tokens_per_call,
+)
 
 __all__ = [
     "AcceptanceProfile",
@@ -76,8 +86,11 @@ __all__ = [
     "SubmaximalStep",
     "TemperatureLaw",
     "TemperatureSchedule",
+    "TokensPerCall",
     "acceptance_profile",
+    "expected_calls",
     "full_acceptance_bound",
+    "gbv_expected_accepted",
     "global_resolution_bounds",
     "kseq_acceptance",
     "kseq_beta",
@@ -90,6 +103,9 @@ __all__ = [
     "multi_step_error",
     "multidraft_acceptance",
     "optimal_draft_length",
+    "path_survival",
+    "plug_in_survival",
+    "predicted_tokens_per_second",
     "rejection_accounting",
     "schedule_rejections",
     "speedup",
@@ -103,5 +119,6 @@ __all__ = [
     "temperature_constant",
     "temperature_law",
     "tempered",
+    "tokens_per_call",
     "tokens_per_step",
 ]

@@ -139,19 +139,26 @@ class Verifier(ABC):
         target_probs: torch.Tensor,  # [R K, L + 1, V], the dtype of draft_probs
         generator: torch.Generator | None,
         states: list[Any],  # [R]: each prompt's state from its previous call
+        lengths: list[int] | None = None,  # [R]: prompt r verifies its first lengths[r] <= L drafted tokens
     ) -> list[VerifyResult]:
         """The decoding engine's call: each prompt's K drafts verified, arrays built to the contract
-        (as for :meth:`verify_trusted`). With a batched kernel, one draft and several prompts, all
-        rows go through ONE kernel call, which commits what the per-row calls would (same uniforms,
-        same float operations); otherwise prompt by prompt. Raises ``ValueError`` when a verifier
-        returns accepted tokens that are not a prefix of the draft it names."""
+        (as for :meth:`verify_trusted`); with ``lengths`` (a draft-length policy's ragged L) prompt r
+        verifies only its first ``lengths[r]`` drafted tokens. With a batched kernel, one draft and
+        several prompts, all rows go through ONE kernel call on the flattened ragged layout, which
+        commits what the per-row calls would (same uniforms, same float operations); otherwise prompt
+        by prompt. Raises ``ValueError`` when a verifier returns accepted tokens that are not a prefix
+        of the draft it names."""
         rows = len(states)
         k, length = draft_tokens.shape[0] // rows, draft_tokens.shape[1]
+        lengths = [length] * rows if lengths is None else lengths
         if self.batched and k == 1 and rows > 1:
+            if min(lengths) < length:  # [sum L_r], [sum L_r, V], [sum (L_r + 1), V]
+                ragged = [(draft_tokens[r, :n], draft_probs[r, :n], target_probs[r, : n + 1]) for r, n in enumerate(lengths)]
+                draft_tokens, draft_probs, target_probs = (torch.cat(parts) for parts in zip(*ragged))
             vocab = target_probs.shape[-1]
             out = self.verify_batch(
                 draft_tokens.reshape(-1), draft_probs.reshape(-1, vocab), target_probs.reshape(-1, vocab),
-                torch.arange(1, rows + 1) * length, generator=generator, max_draft_len=length,
+                torch.tensor(lengths).cumsum(0), generator=generator, max_draft_len=length,
             )  # [R] accepted counts, [R, L + 1] tokens
             return [VerifyResult(tokens[: n + 1], n, 0)
                     for tokens, n in zip(out.output_tokens.tolist(), out.num_accepted.tolist())]
@@ -160,6 +167,9 @@ class Verifier(ABC):
         for r, state in enumerate(states):
             # one prompt: the arrays are its own, no slicing (each view is a tensor op in the loop)
             own = arrays if rows == 1 else [a[r * k : (r + 1) * k] for a in arrays]
+            if lengths[r] < length:
+                n, (tokens, draft, target) = lengths[r], own
+                own = (tokens[:, :n], draft[:, :n], target[:, : n + 1])
             result = self.verify_trusted(*own, generator, state)
             if result.tokens[: result.num_accepted] != drafted[r * k + result.draft_index][: result.num_accepted]:
                 raise ValueError(f"{self.name}: accepted tokens are not a prefix of draft {result.draft_index}")

@@ -54,6 +54,14 @@ class ModificationStack:
                 )
         return state.modifications
 
+    @staticmethod
+    def min_draft_length(state: Any) -> int:
+        """The shortest draft the next call may have: 1, or the longest pending modification when
+        ``state`` is a stack (a draft-length policy must not go below it)."""
+        if not isinstance(state, ModificationStack):
+            return 1
+        return max((mod.remaining for mod in state.modifications), default=1)
+
     @classmethod
     def after_call(
         cls: type[Stack],

@@ -1,0 +1,368 @@
+"""`draftverify tune`: predict tokens/s of every exact method, K and L from one pass over the pair,
+recommend one, and (``verify``) measure the best few beside the prediction.
+
+1. Paths: each prompt's continuation of N tokens sampled from the (warped) target, then one forward
+   of target and draft over it: the warped distributions at every position, reduced at once to what
+   the predictions need (the ratio D(y_t) / T(y_t) at the sampled token, the draft's probability of
+   it, and each plug-in method's acceptance of one position with K' = 1..K drafts).
+2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd`` and ``bv`` unbiased from the
+   paths (the block boundaries given a path are a Markov chain); ``gbv`` by a renewal approximation
+   of its per-call E[tau]; ``kseq``, ``ot``, ``multidraft-bv`` by the plug-in product of one-position
+   acceptance along target prefixes (biased: an accepted draft prefix does not follow the target; for
+   ``sd`` both are printed, the gap is that bias). Standard errors are over prompts.
+3. Costs as ``bench model-cost`` measures them (:func:`.model_cost.call_costs`: a step's L draft
+   forwards on K rows with one crop after them, a target call scoring K drafts of L tokens, cache
+   upkeep included), the verifier's own time
+   on the pass's distributions, the engine's time per step outside the calls and the prefill (both from
+   a short ``ar`` decoding); predicted tokens/s = k / (L t_d + t_T(L) + t_v + t_o + k t_prefill / N).
+The recommendation is the best setting by an unbiased estimate; a better one by an approximation
+is named beside it (``--verify`` measures both).
+
+4. ``verify``: the best settings, the recommended method with ``draft_length="auto"`` and
+   ``"heuristic"``, and ``ar`` decoded on the same prompts (as ``bench speed`` runs them, EOS
+   ignored), measured beside the prediction.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..engine import generate, generate_batch
+from ..models.base import LanguageModel
+from ..ot import optimal_acceptance
+from ..probs import warp
+from ..theory import kseq_acceptance, maximal_acceptance
+from ..theory.tuning import (
+    expected_calls,
+    gbv_expected_accepted,
+    path_survival,
+    plug_in_survival,
+    predicted_tokens_per_second,
+    tokens_per_call,
+)
+from ..verify import get_verifier, parse_method
+from .compare import run_spec
+from .model_cost import call_costs
+
+__all__ = ["METHODS", "Costs", "PathRecord", "TuneSettings", "check_pair", "measure", "plot", "predict", "record_paths", "tune"]
+
+METHODS = ("sd", "bv", "gbv", "kseq", "multidraft-bv")
+"""The exact methods ``tune`` compares by default. ``ot`` with an exact solver
+(``"ot(solver=maxflow-cs)"``) may be added at small vocabularies: at the embedded pair's 8192
+tokens its network exceeds the solvers' limit (49.7M arcs > 20M at K = 2)."""
+
+_SINGLE = ("sd", "bv", "gbv")  # methods of one draft
+UNBIASED = "path (unbiased)"
+_OPTIMAL = ("ot", "multidraft-bv")  # plug-in acceptance: alpha*(K), the optimal one-position acceptance
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """What ``tune`` predicts over and how it measures."""
+
+    methods: tuple[str, ...] = METHODS
+    num_drafts: tuple[int, ...] = (2, 4)  # K of the multi-draft methods
+    max_draft_length: int = 8  # L = 1..max_draft_length
+    max_new_tokens: int = 128  # N, tokens sampled per prompt
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repeats: int = 30  # timed calls per cost
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            raise ValueError("methods: give at least one")
+        for method in self.methods:
+            spec = parse_method(method)
+            verifier = get_verifier(spec.name, **spec.options)  # unknown names and options raise here
+            if not (verifier.exact or (spec.name == "ot" and verifier.solver != "gr")):  # ot is exact but with gr
+                raise ValueError(f"methods: {method!r} is not exact (tune's estimators assume the target's law)")
+        if self.max_draft_length < 1 or self.max_new_tokens < 2 or self.repeats < 1:
+            raise ValueError("max_draft_length and repeats must be >= 1, max_new_tokens >= 2")
+        if not self.num_drafts or min(self.num_drafts) < 2:
+            raise ValueError(f"num_drafts: the multi-draft methods' K must be >= 2, got {self.num_drafts}")
+        warp(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)  # bad warping raises here
+
+    def settings(self) -> list[tuple[str, int]]:
+        """(method, K) pairs: one draft for sd, bv, gbv; each K for the others."""
+        return [(m, 1) if parse_method(m).name in _SINGLE else (m, k)
+                for m in self.methods for k in ((1,) if parse_method(m).name in _SINGLE else self.num_drafts)]
+
+
+@dataclass(frozen=True)
+class PathRecord:
+    """One prompt's target-sampled continuation, reduced: ``ratios`` [N] = D(y_t) / T(y_t),
+    ``draft_probs`` [N] = D(y_t), ``acceptance[name]`` [N, K] one-position acceptance with K' drafts."""
+
+    ratios: np.ndarray
+    draft_probs: np.ndarray
+    acceptance: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _warped(model: LanguageModel, sequence: list[int], count: int, settings: TuneSettings) -> torch.Tensor:
+    """The warped conditionals [count, V] of the last ``count`` tokens of ``sequence``."""
+    cache = model.new_cache(1)
+    logits = model.forward(cache, torch.tensor([sequence[:-1]]), None, count)[0]  # [count, V]
+    return warp(logits.double(), settings.temperature, settings.top_k, settings.top_p)
+
+
+def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]],
+                 settings: TuneSettings) -> list[PathRecord]:
+    """Step 1 of the module doc, one prompt at a time (only [N] arrays are kept)."""
+    check_pair(target, draft, prompts, settings.max_new_tokens)
+    max_k = max(settings.num_drafts)
+    runs = generate_batch(target, None, prompts, "ar", max_new_tokens=settings.max_new_tokens, seed=settings.seed,
+                          temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, ignore_eos=True)
+    records = []
+    for prompt, run in zip(prompts, runs):
+        sequence, n = prompt + run.tokens, len(run.tokens)
+        target_probs = _warped(target, sequence, n, settings).numpy()  # [N, V]
+        draft_probs = _warped(draft, sequence, n, settings).numpy()
+        at = (np.arange(n), np.array(run.tokens))
+        names = {parse_method(m).name for m in settings.methods}
+        acceptance = {"sd": maximal_acceptance(target_probs, draft_probs)[:, None]}
+        if "kseq" in names:
+            acceptance["kseq"] = np.stack([kseq_acceptance(target_probs, draft_probs, k) for k in range(1, max_k + 1)], 1)
+        if names & set(_OPTIMAL):
+            acceptance["optimal"] = np.array([[optimal_acceptance(t, d, k) for k in range(1, max_k + 1)]
+                                              for t, d in zip(target_probs, draft_probs)])
+        records.append(PathRecord(draft_probs[at] / target_probs[at], draft_probs[at], acceptance))
+    return records
+
+
+def check_pair(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], max_new_tokens: int) -> None:
+    """Bad input as ``ValueError``: different vocabularies, no prompts, a prompt that does not fit."""
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
+                         f"({target.vocab_size}): draft and target must share one tokenizer")
+    if not prompts:
+        raise ValueError("prompts: none given")
+    for i, prompt in enumerate(prompts):
+        if not prompt:
+            raise ValueError(f"prompt {i} encodes to no tokens")
+        for model in (target, draft):
+            limit = getattr(model, "max_length", None)
+            if limit is not None and len(prompt) + max_new_tokens > limit:
+                raise ValueError(f"prompt {i} has {len(prompt)} tokens: with max_new_tokens = {max_new_tokens} it "
+                                 f"exceeds the context of {limit} tokens")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds: ``draft[K][L]`` a step's L draft forwards on K rows (one crop after them, as the
+    engine drafts; ``draft[K][0]``: one forward and its crop), ``target[K][L]`` one target call scoring K
+    drafts of L (``target[K][0]``: one token, ``ar``), ``verify[(method, K, L)]`` one verifier
+    call, ``other`` the engine's time per step outside them, ``prefill`` the target's first call on
+    the prompt (once per decoding; the draft's is taken as t_d / t_T(0) of it)."""
+
+    draft: dict[int, list[float]]
+    target: dict[int, list[float]]
+    verify: dict[tuple[str, int, int], float]
+    other: float
+    prefill: float
+
+    @property
+    def one_token(self) -> float:
+        """t_T(0): the target's one-token call (``ar``'s step)."""
+        return self.target[min(self.target)][0]
+
+
+def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int], settings: TuneSettings,
+                  target_rows: torch.Tensor, draft_rows: torch.Tensor) -> Costs:
+    """Step 3 of the module doc. ``target_rows`` [L + 1, V], ``draft_rows`` [L, V]: distributions of
+    the pass, on which each verifier is timed with drafts sampled from them."""
+    draft_seconds, target_seconds = {}, {}
+    for k in sorted({k for _, k in settings.settings()}):
+        target_seconds[k] = [0.0] * (settings.max_draft_length + 1)
+        draft_seconds[k] = [0.0] * (settings.max_draft_length + 1)
+        for length in range(1, settings.max_draft_length + 1):
+            costs = call_costs({"pair": (target, draft)}, prompt, repeats=settings.repeats, draft_length=length,
+                               accepted=length // 2, num_drafts=k, seed=settings.seed)["pair"]
+            target_seconds[k][length] = costs[f"target_{length + 1}"]
+            target_seconds[k][0] = costs["target_1"]
+            draft_seconds[k][length] = costs[f"draft_phase_{length}"]
+            draft_seconds[k][0] = costs["draft_1"]
+    generator = torch.Generator().manual_seed(settings.seed)
+    verify_seconds = {}
+    for method, k in settings.settings():
+        spec = parse_method(method)
+        verifier = get_verifier(spec.name, **{"validate": False, **spec.options})
+        for length in range(1, settings.max_draft_length + 1):
+            rows = draft_rows[:length].expand(k, length, -1)
+            tokens = torch.stack([torch.multinomial(rows[j], 1, generator=generator)[:, 0] for j in range(k)])
+            arrays = (tokens, rows.contiguous(), target_rows[: length + 1].expand(k, length + 1, -1).contiguous())
+            times = []
+            for _ in range(max(3, settings.repeats // 10)):
+                start = time.perf_counter()
+                verifier.verify_trusted(*arrays, generator)
+                times.append(time.perf_counter() - start)
+            verify_seconds[method, k, length] = statistics.median(times)
+    ar = generate(target, None, prompt, "ar", max_new_tokens=min(64, settings.max_new_tokens), ignore_eos=True,
+                  temperature=settings.temperature, seed=settings.seed)
+    prefill = ar.steps[0].target_seconds  # the prompt's forward
+    other = max((ar.seconds - prefill) / (len(ar.steps) - 1) - target_seconds[min(target_seconds)][0], 0.0)
+    return Costs(draft_seconds, target_seconds, verify_seconds, other, prefill)
+
+
+def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> list[dict[str, Any]]:
+    """Step 2 and the predicted tokens/s, one row per (method, K, L), best first; then ``ar``."""
+    tokens = np.array([len(p.ratios) for p in paths], dtype=float)
+    rows = []
+    for method, k in settings.settings():
+        name = parse_method(method).name
+        for length in range(1, settings.max_draft_length + 1):
+            if name in ("sd", "bv"):
+                calls = [expected_calls(path_survival(p.ratios, length, name)) for p in paths]
+                estimator = UNBIASED
+            elif name == "gbv":
+                calls = [len(p.ratios) / (1 + gbv_expected_accepted(p.ratios, length).mean()) for p in paths]
+                estimator = "renewal (approx.)"
+            else:
+                column = "kseq" if name == "kseq" else "optimal"
+                calls = [expected_calls(plug_in_survival(p.acceptance[column][:, :k], length, p.draft_probs))
+                         for p in paths]
+                estimator = "plug-in (approx.)"
+            per_call = tokens_per_call(tokens, calls)
+            # per step: the verifier, the rest of the engine, and the prefills spread over the N / k steps
+            draft_prefill = costs.prefill * costs.draft[min(costs.draft)][0] / costs.one_token
+            prefill = (costs.prefill + draft_prefill) * per_call.mean / settings.max_new_tokens
+            seconds = dict(draft=costs.draft[k][length] / length, target=costs.target[k][length],
+                           verify=costs.verify[method, k, length] + costs.other + prefill)
+            speed = float(predicted_tokens_per_second(per_call.mean, seconds["draft"], seconds["target"], length,
+                                                      seconds["verify"]))
+            row = dict(method=method, num_drafts=k, draft_length=length, tokens_per_call=per_call.mean,
+                       standard_error=per_call.standard_error, estimator=estimator, tokens_per_second=speed,
+                       step_ms=1e3 * (length * seconds["draft"] + seconds["target"] + seconds["verify"]))
+            if name == "sd":  # the plug-in beside the unbiased value: the bias of target prefixes
+                plug = [expected_calls(plug_in_survival(p.acceptance["sd"], length)) for p in paths]
+                row["plug_in_tokens_per_call"] = tokens_per_call(tokens, plug).mean
+            rows.append(row)
+    rows.sort(key=lambda r: -r["tokens_per_second"])
+    ar_speed = 1.0 / (costs.one_token + costs.other + costs.prefill / settings.max_new_tokens)
+    for row in rows:
+        row["vs_ar"] = row["tokens_per_second"] / ar_speed
+    rows.append(dict(method="ar", num_drafts=0, draft_length=0, tokens_per_call=1.0, standard_error=0.0,
+                     estimator="-", tokens_per_second=ar_speed, vs_ar=1.0, step_ms=1e3 / ar_speed))
+    return rows
+
+
+def _spec(row: dict[str, Any]) -> str:
+    """The method in the grammar, with K for the multi-draft ones."""
+    spec = parse_method(row["method"])
+    if spec.name in _SINGLE or row["method"] == "ar":
+        return row["method"]
+    options = ",".join([f"{k}={v}" for k, v in spec.options.items()] + [f"K={row['num_drafts']}"])
+    return f"{spec.name}({options})"
+
+
+def measure(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], specs: list[tuple[str, Any]],
+            settings: TuneSettings) -> list[dict[str, Any]]:
+    """Tokens/s and tokens per target call of each (method spec, draft length) decoded on every
+    prompt, methods taking turns prompt by prompt (load drifts hit all alike), after a warm-up."""
+    drafts = {"draft": draft}
+    common = dict(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature, top_k=settings.top_k,
+                  top_p=settings.top_p, ignore_eos=True)
+    for spec, length in specs:
+        run_spec(spec, target, drafts, prompts[0], **{**common, "max_new_tokens": 4, "seed": 0},
+                 **({} if spec == "ar" else {"draft_length": length}))
+    runs: list[list[Any]] = [[] for _ in specs]
+    for p, prompt in enumerate(prompts):
+        for i, (spec, length) in enumerate(specs):
+            runs[i].append(run_spec(spec, target, drafts, prompt, seed=settings.seed + p, **common,
+                                    **({} if spec == "ar" else {"draft_length": length})).result)
+    rows = []
+    for (spec, length), results in zip(specs, runs):
+        per_call = tokens_per_call([len(r.tokens) for r in results], [r.target_calls for r in results])
+        rows.append(dict(spec=spec, draft_length="-" if length is None else str(length),
+                         tokens_per_second=sum(len(r.tokens) for r in results) / sum(r.seconds for r in results),
+                         tokens_per_call=per_call.mean, measured_standard_error=per_call.standard_error))
+    return rows
+
+
+def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], settings: TuneSettings,
+         *, verify: int = 0) -> dict[str, Any]:
+    """The whole run: paths, costs, predictions, recommendation; with ``verify`` > 0 the best
+    ``verify`` settings, ``auto``, ``heuristic`` and ``ar`` measured (see the module doc)."""
+    paths = record_paths(target, draft, prompts, settings)
+    sequence = prompts[0] + generate(target, None, prompts[0], "ar", max_new_tokens=settings.max_draft_length + 1,
+                                     ignore_eos=True, seed=settings.seed).tokens
+    count = settings.max_draft_length + 1
+    target_rows = _warped(target, sequence, count, settings).float()
+    draft_rows = _warped(draft, sequence, count, settings).float()[:-1]
+    costs = measure_costs(target, draft, prompts[0], settings, target_rows, draft_rows)
+    rows = predict(paths, costs, settings)
+    # recommended: the best by an unbiased estimate; one of the approximations may predict more
+    # (gbv's renewal estimate ignores the modification its state puts on the next call: an overestimate)
+    best = next((r for r in rows if r["estimator"] == UNBIASED), rows[0])
+    ahead = rows[0] if rows[0] is not best else None
+    report: dict[str, Any] = dict(
+        settings=dict(prompts=len(prompts), max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                      top_k=settings.top_k, top_p=settings.top_p, max_draft_length=settings.max_draft_length,
+                      num_drafts=list(settings.num_drafts), repeats=settings.repeats, threads=torch.get_num_threads()),
+        costs_ms=dict(draft={k: [1e3 * s for s in v] for k, v in costs.draft.items()},
+                      target={k: [1e3 * s for s in v] for k, v in costs.target.items()}, other=1e3 * costs.other,
+                      prefill=1e3 * costs.prefill),
+        predictions=rows,
+        recommendation=dict(method=_spec(best), num_drafts=best["num_drafts"], draft_length=best["draft_length"],
+                            tokens_per_second=best["tokens_per_second"], vs_ar=best["vs_ar"]),
+        approximate_ahead=None if ahead is None else dict(method=_spec(ahead), draft_length=ahead["draft_length"],
+                                                          tokens_per_second=ahead["tokens_per_second"],
+                                                          estimator=ahead["estimator"]),
+    )
+    if verify:
+        chosen = [r for r in rows if r["method"] != "ar"][:verify]
+        chosen += [] if best in chosen else [best]
+        specs = [(_spec(r), r["draft_length"]) for r in chosen]
+        specs += [(_spec(best), "auto"), (_spec(best), "heuristic"), ("ar", None)]
+        measured = measure(target, draft, prompts, specs, settings)
+        for m, r in zip(measured, chosen + [None, None, rows[-1]]):
+            if r is not None:
+                m["predicted_tokens_per_second"] = r["tokens_per_second"]
+                m["predicted_tokens_per_call"] = r["tokens_per_call"]
+                m["error"] = r["tokens_per_second"] / m["tokens_per_second"] - 1
+        fixed = max(m["tokens_per_second"] for m in measured[: len(chosen)])
+        auto, heuristic = measured[len(chosen)], measured[len(chosen) + 1]
+        report["verify"] = dict(rows=measured, auto_vs_best_fixed=auto["tokens_per_second"] / fixed,
+                                auto_vs_heuristic=auto["tokens_per_second"] / heuristic["tokens_per_second"])
+    return report
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Predicted tokens/s against L, one line per method and K (error bars: the tokens-per-call
+    standard error carried to tokens/s), ``ar`` dashed; measured points when verified."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for row in report["predictions"]:
+        if row["method"] != "ar":
+            lines.setdefault(_spec(row), []).append(row)
+    for name, line in lines.items():
+        line.sort(key=lambda r: r["draft_length"])
+        speed = np.array([r["tokens_per_second"] for r in line])
+        error = speed * np.array([r["standard_error"] / r["tokens_per_call"] for r in line])
+        axis.errorbar([r["draft_length"] for r in line], speed, yerr=error, marker="o", ms=3, capsize=2, label=name)
+    ar = next(r for r in report["predictions"] if r["method"] == "ar")
+    axis.axhline(ar["tokens_per_second"], color="gray", linestyle="--", label="ar")
+    for m in report.get("verify", {}).get("rows", []):
+        if m["draft_length"].isdigit():
+            axis.plot(int(m["draft_length"]), m["tokens_per_second"], "kx")
+    axis.set_xlabel("draft length L")
+    axis.set_ylabel("tokens / s (predicted; x measured)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

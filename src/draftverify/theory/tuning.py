@@ -1,0 +1,178 @@
+"""Tokens per target call of a decoding, predicted from one target-sampled path per prompt.
+
+Notation: along a path y_1..y_N sampled from the (warped) target, ``ratios[t]`` =
+rho_t = D(y_t | y^{t-1}) / T(y_t | y^{t-1}), the draft's over the target's probability of the
+token the target drew. A verification call that starts at position t commits a block
+y_t..y_{t+m-1}, m in 1..L+1.
+
+The identity behind the estimator. If a verifier is exact, a decoding that emits blocks of law
+P_block(. | prefix) has sequence law T, so the law of (sequence, block boundaries) factorises as
+T(y) prod_k pi(block k), with pi_t(m) = P_block(y_t..y_{t+m-1} | y^{t-1}) / T(y_t..y_{t+m-1} | y^{t-1})
+summing to 1 over m. Given a target-sampled path y, the boundaries are therefore a Markov chain
+with transitions pi_t, and E[calls | y] follows by dynamic programming (:func:`expected_calls`):
+an unbiased estimate of the expected number of calls to commit N tokens, hence of tokens per
+call, from the path alone. With S_t(k) = "survival after k drafted tokens", pi_t(m) =
+S_t(m - 1) - S_t(m) for m <= L and pi_t(L + 1) = S_t(L):
+
+- ``sd`` (Leviathan et al. 2023, Algorithm 1): S_t(k) = prod_{j<k} min(1, rho_{t+j}), since it
+  commits accepted x^A and a correction of law (T - D)_+ (or the bonus from T when A = L);
+- ``bv`` (Sun et al., ICLR 2025, Algorithm 2): S_t(k) = min_{i<=k} prod_{j<i} rho_{t+j}; from
+  P(tau >= i | x^i) = p_i and the correction norm((p_i T - D)_+), the block ends with w_{i+1} after
+  tau = i with probability D(w^i) (p_i T(w_{i+1}) - D(w_{i+1}))_+ (tested against enumeration).
+
+Where no such closed form is written (K > 1 drafts, ``gbv`` whose state modifies the next call's
+target) :func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
+the method's acceptance of one position given the target's prefix. It is biased: the prefix a
+draft is tested on is an accepted draft prefix (law prod min(T, D) normalised), not a target
+prefix (law T); for ``sd`` the gap between the two estimates is that bias, and ``tune`` prints it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _validate
+
+__all__ = [
+    "path_survival",
+    "plug_in_survival",
+    "gbv_expected_accepted",
+    "expected_calls",
+    "TokensPerCall",
+    "tokens_per_call",
+    "predicted_tokens_per_second",
+    "PATH_METHODS",
+]
+
+PATH_METHODS = ("sd", "bv")
+"""The methods whose block law along a path :func:`path_survival` writes in closed form."""
+
+
+def _windows(values: np.ndarray, draft_length: int, fill: float) -> np.ndarray:
+    """values[t + j] for j = 0..L-1 ([N, L]); positions past the path's end hold ``fill`` (they
+    are never read by :func:`expected_calls`: a block reaching past N ends the decoding)."""
+    padded = np.concatenate([values, np.full(draft_length, fill)])
+    return np.lib.stride_tricks.sliding_window_view(padded, draft_length)[: len(values)]
+
+
+def _ratios(ratios) -> np.ndarray:
+    rho = _validate.as_float_array(ratios, "ratios")
+    if rho.ndim != 1 or np.any(rho < 0):
+        raise ValueError("ratios: expected a 1-D array of finite values >= 0 (draft over target probability)")
+    return rho
+
+
+def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
+    """S_t(k) for k = 0..L ([N, L + 1], S_t(0) = 1) of ``sd`` or ``bv`` along one target path (see
+    the module doc): ``ratios`` [N] = D(y_t) / T(y_t) >= 0 at the tokens the target drew."""
+    rho, length = _ratios(ratios), int(_validate.count(draft_length, "draft_length", low=1))
+    windows = _windows(rho, length, 1.0)  # [N, L]
+    ones = np.ones((len(rho), 1))
+    if method == "sd":
+        return np.concatenate([ones, np.cumprod(np.minimum(windows, 1.0), axis=1)], axis=1)
+    if method == "bv":
+        products = np.concatenate([ones, np.cumprod(windows, axis=1)], axis=1)  # prod_{j<i} rho, i = 0..L
+        return np.minimum.accumulate(products, axis=1)
+    raise ValueError(f"method: no closed form along a path for {method!r}; known: {', '.join(PATH_METHODS)}")
+
+
+def plug_in_survival(acceptance, draft_length: int, path_draft_probs=None) -> np.ndarray:
+    """S_t(k) = prod_{j<k} a_{t+j}(K_j) ([N, L + 1]): the approximation of the module doc (biased).
+
+    ``acceptance`` [N] or [N, K]: column K' - 1 holds the method's acceptance of one position with
+    K' drafts given the target's prefix. With K drafts only those that drafted the accepted prefix
+    take part further on: the K - 1 others each match the path's j tokens with probability
+    prod_{i<j} D(y_{t+i}) (``path_draft_probs`` [N], needed when K > 1), so K_j = 1 + (K - 1) times
+    that, and a(K_j) is interpolated linearly between whole numbers of drafts.
+    """
+    a = _validate.rate(acceptance, "acceptance")
+    a = a[:, None] if a.ndim == 1 else a
+    if a.ndim != 2 or a.shape[1] < 1:
+        raise ValueError(f"acceptance: expected [N] or [N, K], got shape {np.shape(acceptance)}")
+    length = int(_validate.count(draft_length, "draft_length", low=1))
+    n, k = a.shape
+    if k == 1:
+        matched = np.zeros((n, length))
+    else:
+        if path_draft_probs is None:
+            raise ValueError("path_draft_probs: needed with K > 1 drafts")
+        d = _validate.rate(path_draft_probs, "path_draft_probs")
+        if d.shape != (n,):
+            raise ValueError(f"path_draft_probs: expected shape ({n},), got {d.shape}")
+        windows = _windows(d, length, 1.0)  # [N, L]
+        matched = np.concatenate([np.ones((n, 1)), np.cumprod(windows[:, :-1], axis=1)], axis=1)  # prod_{i<j} D
+    drafts = 1 + (k - 1) * matched  # K_j - 1 as a column index: [N, L] in [0, K - 1]
+    low = np.floor(drafts - 1).astype(np.int64).clip(0, k - 1)
+    high = np.minimum(low + 1, k - 1)
+    share = drafts - 1 - low
+    rows = np.minimum(np.arange(n)[:, None] + np.arange(length), n - 1)  # position t + j  [N, L]
+    factors = (1 - share) * a[rows, low] + share * a[rows, high]
+    factors[np.arange(n)[:, None] + np.arange(length) >= n] = 1.0  # past the path's end: never read
+    return np.concatenate([np.ones((n, 1)), np.cumprod(factors, axis=1)], axis=1)
+
+
+def gbv_expected_accepted(ratios, draft_length: int) -> np.ndarray:
+    """E[tau] of one ``gbv`` call starting at each position t <= N - L ([N - L + 1]), unbiased per
+    start: sum_{k=1..L} sum_{x^k} min(T(x^k), D(x^k)) = sum_k E_T[min(1, prod_{j<k} rho_{t+j})]
+    (its per-call optimum, seed 004 section 3.3; :func:`.blocks.longest_prefix_claim`). A call
+    after one that left a target modification in ``gbv``'s state differs: tokens per call from
+    these (a renewal approximation, starts taken as uniform) are approximate."""
+    rho, length = _ratios(ratios), int(_validate.count(draft_length, "draft_length", low=1))
+    if len(rho) < length:
+        raise ValueError(f"ratios: a path of {len(rho)} tokens holds no call of L = {length}")
+    windows = np.lib.stride_tricks.sliding_window_view(rho, length)  # [N - L + 1, L]
+    return np.minimum(1.0, np.cumprod(windows, axis=1)).sum(axis=1)
+
+
+def expected_calls(survival) -> float:
+    """E[number of calls to commit the path's N tokens | path] for a block chain with survival
+    ``survival`` [N, L + 1] (rows non-increasing from 1): h(t) = 1 + sum_m pi_t(m) h(t + m),
+    h(N) = 0, where a block that reaches past the end commits the last token (as ``max_new_tokens``
+    cuts it)."""
+    s = _validate.as_float_array(survival, "survival")
+    if s.ndim != 2 or s.shape[1] < 2 or np.any(np.abs(s[:, 0] - 1) > 1e-12) or np.any(np.diff(s, axis=1) > 1e-12):
+        raise ValueError("survival: expected [N, L + 1] rows starting at 1 and non-increasing")
+    n, width = s.shape
+    blocks = np.concatenate([s[:, :-1] - s[:, 1:], s[:, -1:]], axis=1)  # pi_t(m), m = 1..L+1  [N, L+1]
+    h = np.zeros(n + width)  # h[t] for t >= N is 0
+    for t in range(n - 1, -1, -1):
+        h[t] = 1.0 + blocks[t] @ h[t + 1 : t + 1 + width]
+    return float(h[0])
+
+
+@dataclass(frozen=True)
+class TokensPerCall:
+    """Tokens per target call over several paths, ``sum N_i / sum E[calls_i]``, with the
+    delta-method standard error of that ratio over paths (0 with one path)."""
+
+    mean: float
+    standard_error: float
+    paths: int
+
+
+def tokens_per_call(tokens, calls) -> TokensPerCall:
+    """The ratio estimate from per-path token counts [P] and expected calls [P]."""
+    n, c = _validate.as_float_array(tokens, "tokens"), _validate.as_float_array(calls, "calls")
+    if n.ndim != 1 or n.shape != c.shape or n.size == 0 or np.any(c <= 0) or np.any(n <= 0):
+        raise ValueError("tokens and calls: expected equal-length 1-D arrays of positive values")
+    ratio = n.sum() / c.sum()
+    if n.size == 1:
+        return TokensPerCall(float(ratio), 0.0, 1)
+    residuals = n - ratio * c
+    error = np.sqrt(residuals.var(ddof=1) / n.size) / c.mean()
+    return TokensPerCall(float(ratio), float(error), int(n.size))
+
+
+def predicted_tokens_per_second(tokens_per_call, draft_seconds: float, target_seconds, draft_length,
+                                verify_seconds=0.0) -> np.ndarray:
+    """Tokens per second k / (L t_d + t_T(L) + t_v): seed 002's speedup k / (1 + L rho) with the
+    costs measured in seconds (one draft forward t_d, one target call scoring the drafts t_T(L),
+    the verifier t_v). Broadcasts."""
+    k = _validate.as_float_array(tokens_per_call, "tokens_per_call")
+    length = _validate.count(draft_length, "draft_length")
+    step = length * float(draft_seconds) + np.asarray(target_seconds, dtype=float) + np.asarray(verify_seconds, dtype=float)
+    if np.any(step <= 0):
+        raise ValueError("the seconds of a step must be > 0")
+    return k / step

@@ -1,0 +1,130 @@
+"""theory.tuning: the block law along a path against enumeration of the verifiers, the call count
+against simulation of the boundary chain, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from draftverify.testing import enumerate_outcomes
+from draftverify.theory import longest_prefix_claim
+from draftverify.theory.tuning import (
+    expected_calls,
+    gbv_expected_accepted,
+    path_survival,
+    plug_in_survival,
+    predicted_tokens_per_second,
+    tokens_per_call,
+)
+from tests.factories import registered_verifier
+from tests.theory._theory_models import random_tables
+
+VOCAB, LENGTH = 3, 2
+
+
+def _block_law(method: str, target: list[np.ndarray], draft: list[np.ndarray]) -> dict[tuple[int, ...], float]:
+    """Exact law of the block one call commits: drafts drawn from the tables, then the verifier."""
+    verifier = registered_verifier(method)
+
+    def call(source):
+        tokens = []
+        for i in range(LENGTH):
+            tokens.append(source.categorical(torch.from_numpy(draft[i][tuple(tokens)])))
+        draft_rows = np.stack([draft[i][tuple(tokens[:i])] for i in range(LENGTH)])
+        target_rows = np.stack([target[i][tuple(tokens[:i])] for i in range(LENGTH + 1)])
+        result = verifier.verify(torch.tensor([tokens]), torch.from_numpy(draft_rows)[None],
+                                 torch.from_numpy(target_rows)[None], generator=source)
+        return tuple(result.tokens)
+
+    return enumerate_outcomes(call)
+
+
+@pytest.mark.parametrize("method", ["sd", "bv"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_block_law_along_a_path_matches_enumeration(method, seed):
+    """P_block(w) = T(w) pi(|w|), pi(m) = S(m - 1) - S(m) (m <= L), S(L) for m = L + 1: the
+    identity the estimator rests on, for every block the verifier can commit."""
+    rng = np.random.default_rng(seed)
+    target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
+    law = _block_law(method, target, draft)
+    assert sum(law.values()) == pytest.approx(1.0)
+    for block, prob in law.items():
+        m = len(block)
+        t = [target[i][block[:i]][block[i]] for i in range(m)]
+        d = [draft[i][block[:i]][block[i]] for i in range(min(m, LENGTH))]
+        ratios = np.ones(LENGTH)
+        ratios[: len(d)] = np.array(d) / np.array(t[: len(d)])
+        survival = path_survival(ratios, LENGTH, method)[0]
+        pi = survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
+        assert prob == pytest.approx(np.prod(t) * pi, abs=1e-12), block
+
+
+def test_expected_calls_matches_a_simulated_chain():
+    rng = np.random.default_rng(3)
+    n, length = 40, 3
+    survival = path_survival(rng.uniform(0.2, 1.6, n), length, "bv")
+    blocks = np.concatenate([survival[:, :-1] - survival[:, 1:], survival[:, -1:]], axis=1)
+    t, runs = np.zeros(20000, dtype=np.int64), np.zeros(20000)
+    while np.any(t < n):  # all runs at once: each unfinished one takes a block of law pi_t
+        going = t < n
+        cdf = np.cumsum(blocks[t[going]], axis=1)
+        t[going] += 1 + (rng.random((going.sum(), 1)) * cdf[:, -1:] >= cdf).sum(axis=1)
+        runs[going] += 1
+    assert expected_calls(survival) == pytest.approx(np.mean(runs), abs=4 * np.std(runs) / np.sqrt(len(runs)))
+
+
+def test_survival_orders_and_edge_cases():
+    ratios = np.array([0.5, 2.0, 0.9, 1.0])
+    sd, bv = path_survival(ratios, 3, "sd"), path_survival(ratios, 3, "bv")
+    assert np.all(bv >= sd - 1e-15)  # bv's min of products >= sd's product of mins
+    assert sd[0].tolist() == pytest.approx([1, 0.5, 0.5, 0.45])
+    assert bv[0].tolist() == pytest.approx([1, 0.5, 0.5, 0.5])
+    assert expected_calls(path_survival(np.ones(10), 4, "sd")) == 2.0  # blocks of 5: two calls
+    assert expected_calls(path_survival(np.zeros(10), 4, "sd")) == 10.0
+    assert plug_in_survival(np.full(5, 0.5), 2)[0].tolist() == [1, 0.5, 0.25]
+
+
+def test_multidraft_plug_in_counts_the_drafts_left():
+    acceptance = np.array([[0.5, 0.8]] * 3)  # K' = 1, 2
+    survival = plug_in_survival(acceptance, 2, path_draft_probs=np.array([0.5, 0.5, 0.5]))
+    # position 1 with K = 2 drafts (0.8); position 2 with 1 + 0.5 drafts expected (0.65)
+    assert survival[0].tolist() == pytest.approx([1, 0.8, 0.8 * 0.65])
+    assert plug_in_survival(acceptance[:, :1], 2)[0].tolist() == pytest.approx([1, 0.5, 0.25])
+
+
+def test_gbv_per_call_acceptance_is_the_joint_overlap():
+    """Averaged over target paths, sum_k E_T[min(1, prod rho)] = sum_k sum_x min(T(x^k), D(x^k))."""
+    rng = np.random.default_rng(4)
+    target, draft = random_tables(rng, VOCAB, LENGTH, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
+    expected = 0.0
+    for x1 in range(VOCAB):
+        for x2 in range(VOCAB):
+            t = target[0][x1] * target[1][x1, x2]
+            ratios = [draft[0][x1] / target[0][x1], draft[1][x1, x2] / target[1][x1, x2]]
+            expected += t * gbv_expected_accepted(ratios, LENGTH)[0]
+    assert expected == pytest.approx(longest_prefix_claim(target, draft).claimed.sum())
+
+
+def test_tokens_per_call_ratio_and_error():
+    one = tokens_per_call([100], [40])
+    assert (one.mean, one.standard_error, one.paths) == (2.5, 0.0, 1)
+    several = tokens_per_call([100, 100, 100], [40, 50, 45])
+    assert several.mean == pytest.approx(300 / 135) and several.standard_error > 0
+    assert predicted_tokens_per_second(3.0, 0.1, 1.0, 4) == pytest.approx(3 / 1.4)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: path_survival([0.5, -1.0], 2, "sd"),
+    lambda: path_survival([0.5], 0, "sd"),
+    lambda: path_survival([0.5], 2, "kseq"),
+    lambda: plug_in_survival([1.5], 2),
+    lambda: plug_in_survival([[0.5, 0.6]], 2),
+    lambda: gbv_expected_accepted([0.5], 2),
+    lambda: expected_calls([[1.0, 0.5, 0.7]]),
+    lambda: tokens_per_call([1, 2], [1]),
+    lambda: predicted_tokens_per_second(2.0, 0.0, 0.0, 1),
+])
+def test_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
