@@ -113,3 +113,22 @@ def test_linear_of_picks_the_kernel_and_rejects_conflicting_options():
         Linear.of(weight, bias, kernel="fast")
     with pytest.raises(ValueError, match="float32"):
         Linear.of(weight.double(), bias, "int8")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_an_int8_target_is_one_model_on_both_kernels_and_streams_a_quarter_of_the_bytes(arch):
+    from draftverify.models.hf import TransformersModel
+    from draftverify.models.toy import tiny_causal_lm
+
+    raw = tiny_causal_lm(50, arch=arch, width=32, layers=2, seed=5, dtype=torch.float32)
+    tokens = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(6))
+    float32 = TransformersModel(raw, kernel="eager")
+    kernels = ["eager", "panel"] if kernel().compiled else ["eager"]
+    int8 = {k: TransformersModel(raw, quantize="int8", kernel=k) for k in kernels}
+    logits = {k: m.forward(m.new_cache(2), tokens, None, 7) for k, m in int8.items()}  # [B, 7, V]
+    torch.testing.assert_close(logits[kernels[-1]], logits["eager"], **TOL)
+    assert not torch.allclose(logits["eager"], float32.forward(float32.new_cache(2), tokens, None, 7), **TOL)
+    if "panel" in int8:  # int8 weights, padding and scales (the eager fallback streams float32)
+        assert float32.product_bytes / 4 <= int8["panel"].product_bytes <= 1.5 * float32.product_bytes / 4
+    with pytest.raises(ValueError, match="lean"):
+        TransformersModel(tiny_causal_lm(50, arch="qwen2", seed=5, dtype=torch.float32), quantize="int8")

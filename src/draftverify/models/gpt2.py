@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from .panel_mm import PanelLinear, quantize_int8
 from .panel_mm import kernel as panel_kernel
 
-__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "onednn_packing", "output_logits"]
+__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
+           "output_logits"]
 
 # store a layer's new keys and values [B, H, S, D]; return the layer's keys and values so far [B, H, T, D]
 KVWrite = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -104,6 +105,11 @@ class Linear:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.t().contiguous(), 5) if pack else None
         return cls(weight, bias, packed)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights a product streams."""
+        return self.weight.numel() * self.weight.element_size()
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [N, in] -> [N, out]
         if self.packed is not None and x.shape[0] > 1:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -149,9 +155,19 @@ class GPT2Weights:
         """(layers, key/value heads, head size) of the KV cache."""
         return len(self.blocks), self.heads, self.token_embedding.shape[1] // self.heads
 
+    @property
+    def product_bytes(self) -> int:
+        """Bytes of weights one call streams through its linear and output layers."""
+        return linear_bytes(self.blocks, self.head)
+
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                  num_logits: int) -> torch.Tensor:
         return gpt2_forward(self, write, tokens, positions, mask, num_logits)
+
+
+def linear_bytes(layers: tuple[tuple[Any, ...], ...], head: Linear | PanelLinear) -> int:
+    """Bytes of weights of the linear layers in ``layers`` (tuples of a forward's parts) and ``head``."""
+    return head.nbytes + sum(part.nbytes for layer in layers for part in layer if isinstance(part, (Linear, PanelLinear)))
 
 
 def output_logits(head: Linear | PanelLinear, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -131,6 +131,12 @@ class TransformersModel(LanguageModel):
         return cls(model, tokenizer_object, kv_cache=kv_cache, quantize=quantize, kernel=kernel)
 
     @property
+    def product_bytes(self) -> int | None:
+        """Bytes of weights one call streams through its linear and output layers (lean forwards;
+        None for others)."""
+        return None if self._lean is None else self._lean.product_bytes
+
+    @property
     def _static(self) -> bool:
         return self.kv_cache == "static"
 

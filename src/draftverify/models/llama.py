@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .gpt2 import KVWrite, Linear, output_logits
+from .gpt2 import KVWrite, Linear, linear_bytes, output_logits
 from .panel_mm import PanelLinear
 
 __all__ = ["LlamaWeights", "is_lean_llama", "llama_forward"]
@@ -72,6 +72,11 @@ class LlamaWeights:
     def kv_shape(self) -> tuple[int, int, int]:
         """(layers, key/value heads, head size) of the KV cache."""
         return len(self.layers), self.kv_heads, self.head_dim
+
+    @property
+    def product_bytes(self) -> int:
+        """Bytes of weights one call streams through its linear and output layers."""
+        return linear_bytes(self.layers, self.head)
 
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                  num_logits: int) -> torch.Tensor:

@@ -135,5 +135,11 @@ class PanelLinear:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             self.bias = None if bias is None else bias.detach().float().contiguous()
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights (and int8 scales) a product streams."""
+        scales = 0 if self.scales is None else self.scales.numel() * 4
+        return self.panels.numel() * self.panels.element_size() + scales
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, in] -> [M, out]
         return torch.ops.draftverify.panel_mm(x, self.panels, self.scales, self.bias, self.out_features)
