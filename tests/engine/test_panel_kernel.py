@@ -66,6 +66,7 @@ def test_a_seeded_run_decodes_the_same_tokens_on_both_kernels(method, temperatur
         option = name.split()[0]
         target = TransformersModel(pair.target.model, pair.tokenizer, kernel=option)
         draft = TransformersModel(pair.draft.model, kernel=option)
-        runs[name] = generate(target, None if method == "ar" else draft, prompt, method, draft_length=4,
-                              temperature=temperature, max_new_tokens=40, seed=3, ignore_eos=True).tokens
+        drafting = (None, {}) if method == "ar" else (draft, {"draft_length": 4})  # ar takes no draft options
+        runs[name] = generate(target, drafting[0], prompt, method, temperature=temperature, max_new_tokens=40,
+                              seed=3, ignore_eos=True, **drafting[1]).tokens
     assert runs["panel"] == runs["panel again"] == runs["eager"]
