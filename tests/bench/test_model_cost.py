@@ -23,6 +23,7 @@ def test_call_costs_time_every_kind_and_ratios_divide_by_the_one_token_call(targ
     assert set(costs["a"]) == {"target_1", "target_2", "target_5", "draft_1"}
     assert set(costs["b"]) == {"target_1", "target_2", "target_5"}
     r = ratios(costs["a"])
+    assert set(r) == {"r_2", "r_5", "draft_cost_c"}
     assert r["r_5"] == costs["a"]["target_5"] / costs["a"]["target_1"]
     assert r["draft_cost_c"] == costs["a"]["draft_1"] / costs["a"]["target_1"]
     assert "draft_cost_c" not in ratios(costs["b"])

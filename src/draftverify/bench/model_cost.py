@@ -98,7 +98,8 @@ def ratios(costs: dict[str, float]) -> dict[str, float]:
     """r(L + 1) of every scoring call (``r_5``: five tokens against one) and c (when a draft ran)
     from one variant's median costs."""
     one = costs["target_1"]
-    out = {f"r_{kind.split('_')[1]}": value / one for kind, value in costs.items() if kind.startswith("target_")}
+    out = {f"r_{kind.split('_')[1]}": value / one for kind, value in costs.items()
+           if kind.startswith("target_") and kind != "target_1"}
     if "draft_1" in costs:
         out["draft_cost_c"] = costs["draft_1"] / one
     return out
