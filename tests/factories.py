@@ -1,13 +1,16 @@
 """The one factory of random distributions for the tests: seeded Dirichlet rows, and verifier
-inputs built from them (draft tokens sampled from their draft rows); and any registered verifier."""
+inputs built from them (draft tokens sampled from their draft rows); any registered verifier; and
+the synthetic SPRINTER classifier of given rates."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from draftverify import get_verifier
-from draftverify.verify.sprinter import RateClassifier
 
 
 def random_distributions(rng: np.random.Generator | int, *shape: int, concentration: float = 1.0) -> np.ndarray:
@@ -38,3 +41,31 @@ def registered_verifier(name: str, **options):
     if name == "sprinter":
         options = {"classifier": RateClassifier(), **options}
     return get_verifier(name, **options)
+
+
+@dataclass(frozen=True, eq=False)
+class RateClassifier:
+    """A synthetic classifier with given rates, for testing the theory: it looks at the truth and
+    says "yes" with probability ``false_positive_rate`` when D(x) > T(x), ``true_positive_rate``
+    otherwise. Each rate is a number or an array ``[V]`` indexed by the drafted token."""
+
+    false_positive_rate: Any = 0.0
+    true_positive_rate: Any = 1.0
+
+    scored = False  # no score: the threshold does not apply
+
+    def __post_init__(self) -> None:
+        for name in ("false_positive_rate", "true_positive_rate"):
+            value = np.asarray(getattr(self, name), dtype=np.float64)
+            if value.ndim > 1 or not np.all((value >= 0) & (value <= 1)):
+                raise ValueError(f"{name}: expected a number or a [V] array in [0, 1], got {getattr(self, name)!r}")
+            object.__setattr__(self, name, value)
+
+    def yes_probability(self, tokens, draft_probs, *, hidden=None, target_probs=None, threshold=0.5) -> torch.Tensor:
+        if target_probs is None:
+            raise ValueError("RateClassifier looks at the target's probabilities: it is a test device, not for the engine")
+        at = tokens.long().unsqueeze(-1)  # [N, 1]
+        unacceptable = (draft_probs.gather(-1, at) > target_probs.gather(-1, at))[:, 0]  # [N]
+        rates = [torch.from_numpy(np.broadcast_to(r, (draft_probs.shape[-1],)).copy())[tokens.long()]
+                 for r in (self.false_positive_rate, self.true_positive_rate)]
+        return torch.where(unacceptable, rates[0], rates[1])  # [N] float64

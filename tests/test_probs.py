@@ -74,3 +74,44 @@ def test_warp_temperature_top_k_top_p():
     for bad in (dict(temperature=-1.0), dict(temperature=float("nan")), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
         with pytest.raises(ValueError):
             warp(logits, **bad)
+
+
+def test_warp_takes_numpy_logits_as_the_verifiers_do():
+    logits = np.array([[2.0, 1.0, 0.0]])
+    torch.testing.assert_close(warp(logits, temperature=0.5), warp(torch.from_numpy(logits), temperature=0.5))
+
+
+@pytest.mark.parametrize(
+    "settings,argument",
+    [
+        (dict(top_k=1.5), "top_k"),
+        (dict(top_k=True), "top_k"),
+        (dict(temperature="0.5"), "temperature"),
+        (dict(top_p="0.9"), "top_p"),
+    ],
+)
+def test_warp_refuses_settings_of_the_wrong_type_naming_them(settings, argument):
+    with pytest.raises(ValueError, match=argument):
+        warp(torch.zeros(1, 3), **settings)
+
+
+@pytest.mark.parametrize(
+    "logits",
+    [
+        torch.tensor([[0.0, float("nan"), 1.0]]),
+        torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]]),
+        torch.tensor([[0.0, float("inf")]]),
+        torch.tensor(1.0),
+        torch.zeros(2, 0),
+        [0.0, 1.0],
+    ],
+    ids=["nan", "all-minus-inf-row", "plus-inf", "0-d", "empty-V", "list"],
+)
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_warp_refuses_logits_that_give_no_distribution(logits, temperature):
+    with pytest.raises(ValueError, match="logits"):
+        warp(logits, temperature)
+
+
+def test_warp_keeps_minus_inf_entries_beside_finite_ones_as_masked_tokens():
+    assert warp(torch.tensor([[0.0, float("-inf")]])).tolist() == [[1.0, 0.0]]

@@ -8,6 +8,7 @@ what is wrong and where.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -77,23 +78,34 @@ def check_distributions(probs: torch.Tensor | np.ndarray, name: str) -> None:
 
 
 def warp(
-    logits: torch.Tensor,
+    logits: torch.Tensor | np.ndarray,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
 ) -> torch.Tensor:
-    """Logits ``[..., V]`` -> probabilities after temperature, top-k then top-p (nucleus).
+    """Logits ``[..., V]`` (a tensor or a numeric numpy array, as the verifiers take) ->
+    probabilities (a tensor) after temperature, top-k then top-p (nucleus).
 
     ``temperature == 0`` gives the one-hot argmax (ties to the lowest index, as ``torch.argmax``).
     The same warping must be applied to draft and target: verifiers are exact for the warped target.
+    Raises ``ValueError`` naming the argument for a setting of the wrong type or range, a 0-d or
+    empty ``logits``, and a row of ``logits`` with a NaN, a +inf, or no finite entry (its
+    probabilities would be NaN); -inf entries beside finite ones are masked tokens.
     """
-    if not (temperature >= 0 and np.isfinite(temperature)):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not (0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if not _is_real(temperature) or not (temperature >= 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    if top_p is not None and (not _is_real(top_p) or not (0 < top_p <= 1)):
+        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    logits = as_tensor(logits, "logits")
+    if logits.dim() == 0 or logits.shape[-1] == 0:
+        raise ValueError(f"logits: expected shape [..., V] with V >= 1, got {tuple(logits.shape)}")
     logits = logits.to(torch.float32) if logits.dtype not in _FLOAT_DTYPES else logits
+    row_max = logits.amax(dim=-1)  # NaN if the row has one, -inf if it has no finite entry, +inf for a +inf
+    if not bool(torch.isfinite(row_max).all()):
+        raise ValueError("logits: a row has a NaN, a +inf, or no finite entry (all -inf); its probabilities "
+                         "would be NaN")
     if temperature == 0:
         index = logits.argmax(dim=-1, keepdim=True)
         return torch.zeros_like(logits).scatter_(-1, index, 1.0)
@@ -111,3 +123,11 @@ def warp(
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -12,7 +12,7 @@ PROMPT = 'def add(a, b):\n    """Return the sum of a and b."""\n    return a + b
 
 
 def test_teacher_forced_rows_of_the_embedded_target_pass_the_float64_checks():
-    pair = load_pair()
+    pair = load_pair("tiny")
     tokens = pair.tokenizer.encode(PROMPT)
     probs, _ = _teacher_forced(pair.target, tokens, len(tokens) - 1, None,
                                dict(temperature=1.0, top_k=None, top_p=None))

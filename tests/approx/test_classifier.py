@@ -113,3 +113,14 @@ def test_collect_equal_shares_and_true_ratios(tiny):
     np.testing.assert_array_equal(again.ratio, data.ratio)
     with pytest.raises(ValueError, match="no document"):
         collect(target, draft, documents, sequences_per_kind=1, prefix_length=50, positions=4)
+
+
+def test_get_verifier_loads_the_shipped_classifier_as_the_command_line_does(tmp_path):
+    from draftverify import get_verifier
+    from draftverify.approx.load import DEFAULT_CLASSIFIER, load_classifier
+
+    shipped = load_classifier()
+    for text in ("sprinter", "sprinter(classifier=shipped)", f"sprinter(classifier={DEFAULT_CLASSIFIER.parent})"):
+        assert get_verifier(text).classifier.info == shipped.info, text
+    with pytest.raises(FileNotFoundError, match="sprinter train"):
+        get_verifier(f"sprinter(classifier={tmp_path})")  # a folder without classifier.json

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from draftverify import get_verifier, rng, theory
-from draftverify.approx import RateClassifier, Sprinter, load_classifier
+from draftverify.approx import Sprinter, load_classifier
 from draftverify.testing import MarkovModel, check_exactness, decode_known_law, exact_sequence_law, goodness_of_fit, random_pair
 from draftverify.verify import VerifyResult
+from tests.factories import RateClassifier
 
 STRICT, BROKEN = 1e-3, 1e-6
 SMALL = random_pair(vocab_size=3, order=2, seed=5)

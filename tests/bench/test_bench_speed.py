@@ -17,7 +17,7 @@ from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 
 def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     out_file = tmp_path / "speed.json"
-    code = main(["bench", "speed", "--tiny", "--prompts", "1", "--max-new-tokens", "6", "--draft-length", "2", "--multi", "2",
+    code = main(["bench", "speed", "--tiny", "--num-prompts", "1", "--max-new-tokens", "6", "--draft-length", "2", "--multi", "2",
                  "--batch", "2", "--json", str(out_file)])
     out = capsys.readouterr().out
     report = json.loads(out_file.read_text())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from draftverify.bench import plots
 
 
@@ -15,7 +13,6 @@ def _row(length: int, temperature: float) -> dict:
 
 
 def test_lines_join_draft_lengths_but_not_temperatures(tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib")
     styles = {}
     errorbar = plots._errorbar
 

@@ -38,7 +38,9 @@ def test_streams_text_then_footer_with_speedup(folders, capsys):
         (["--method", "sd", "--option", "validate=maybe"], "option validate expects a bool"),
         (["--method", "ot(tol=abc)"], "option tol expects a float"),
         (["--method", "sd", "--option", "validate"], "is not KEY=VALUE"),
-        (["--method", "sd", "--drafts", "3"], "takes one draft"),
+        (["--method", "sd", "--num-drafts", "3"], "takes one draft"),
+        (["--method", "kseq(K=3)", "--num-drafts", "2"], "sets K=3 but --num-drafts 2"),
+        (["--method", "kseq(K=3)@ngram", "--draft", "x"], "sets @ngram but --draft x"),
         (["--method", "ar", "--draft-length", "3"], "takes no drafts"),
         (["--draft", "WIDE"], "vocabulary"),
         (["--draft", "MISSING"], "no such model folder"),
@@ -65,4 +67,20 @@ def test_greedy_decodes_at_temperature_0_as_argmax_sampling_does(folders, capsys
     ar = capsys.readouterr().out
     assert greedy.rpartition("\n\n-- ")[0] == ar.rpartition("\n\n-- ")[0]
     assert main([*common, "--method", "greedy", "--temperature", "1"]) == 2  # sampled drafts: refused
-    assert "--temperature" in capsys.readouterr().err
+    assert "greedy decodes at temperature 0" in capsys.readouterr().err
+
+
+def test_stop_strings_and_a_tokenizer_folder_of_its_own(folders, tmp_path, capsys):
+    common = ["generate", "def f(x):", "--max-new-tokens", "40", "--draft", str(folders / "draft")]
+    assert main([*common, "--target", str(folders / "target"), "--stop", "e"]) == 0
+    generated = capsys.readouterr().out.rpartition("\n\n-- ")[0][len("def f(x):"):]
+    assert "e" not in generated[:-1]  # decoding stops at the token that completes the stop string
+    # a target folder without a tokenizer takes one from --tokenizer (as train-pair writes them apart)
+    char_tokenizer().save_pretrained(tmp_path / "tokenizer")
+    assert main([*common, "--target", str(folders / "draft"), "--tokenizer", str(tmp_path / "tokenizer")]) == 0
+    assert capsys.readouterr().out.startswith("def f(x):")
+
+
+def test_help_never_promises_hub_ids(capsys):
+    assert main(["generate", "--help"]) == 0
+    assert "hub" not in capsys.readouterr().out

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from draftverify import get_verifier
 from draftverify.approx import LinearClassifier
 from draftverify.models.hidden import draft_fingerprint
 from draftverify.models.hf import TransformersModel
@@ -45,8 +46,13 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
     assert sorted(classifier.info["yes_share_thresholds"]) == ["0.1", "0.3", "0.5", "0.7", "0.9"]
     assert classifier.info["draft_fingerprint"] == draft_fingerprint(TransformersModel.from_pretrained(tiny_pair / "draft"))
     assert (out / "lambda_1.5.json").exists() and (tmp_path / "img" / "roc.png").stat().st_size > 0
+    # the folder train writes is what --option classifier=DIR and get_verifier take
+    assert get_verifier(f"sprinter(classifier={out})").classifier.info == classifier.info
+    assert main(["generate", "ab", *pair, "--method", "sprinter", "--option", f"classifier={out}",
+                 "--max-new-tokens", "3"]) == 0
+    capsys.readouterr()
 
-    code = main(["sprinter", "report", *pair, "--classifier", str(out / "classifier.json"), "--prompts", "2",
+    code = main(["sprinter", "report", *pair, "--classifier", str(out / "classifier.json"), "--num-prompts", "2",
                  "--max-new-tokens", "5", "--results-dir", str(tmp_path / "results"),
                  "--img-dir", str(tmp_path / "img")])
     assert code == 0
@@ -55,7 +61,7 @@ def test_train_then_report(tiny_pair, tmp_path, capsys):
     rows = {r["method"]: r for r in result["rows"]}
     assert len(result["settings"]["thresholds"]) == 7  # 0, five yes-share thresholds, 1
     command = (tmp_path / "results" / "sprinter.md").read_text().split("Command: `")[1].split("`")[0]
-    assert "--thresholds" not in command and "--prompts 2" in command  # what was set, no empty option
+    assert "--thresholds" not in command and "--num-prompts 2" in command  # what was set, no empty option
     assert rows["sd"]["speedup_vs_sd"] == pytest.approx(1.0)
     assert all(0 <= r["rouge_l_vs_canonical"] <= 1 for r in result["rows"])
     assert rows["sprinter tau=1"]["audit_yes_share"] == 0.0 and rows["sprinter tau=1"]["audit_tv_theory"] == 0.0

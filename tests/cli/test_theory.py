@@ -31,7 +31,7 @@ def test_other_topics_print_their_numbers(capsys, tmp_path):
 
 
 def test_kseq_topic(capsys):
-    out = run(capsys, "kseq", "--drafts", "2")[1]
+    out = run(capsys, "kseq", "--num-drafts", "2")[1]
     assert "0.8150" in out and "0.8500" in out and "0.8222" in out  # K-SEQ, alpha*, seed 004's claim
 
 

@@ -41,6 +41,19 @@ def test_outputs_load_with_transformers_and_ngram(quick_run):
     assert "train-pair" in card and "acceptance" in card
 
 
+def test_generate_runs_on_the_output_with_its_tokenizer(quick_run, capsys):
+    pair = quick_run / "pair"
+    assert main(["generate", "def f(x):", "--target", str(pair / "target"), "--draft", str(pair / "draft"),
+                 "--tokenizer", str(pair / "tokenizer"), "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.startswith("def f(x):")
+
+
+def test_the_default_output_is_a_folder_of_the_current_directory_not_the_package():
+    from draftverify.cli.train_pair import OUTPUT
+
+    assert not OUTPUT.is_absolute() and "assets" not in OUTPUT.parts
+
+
 def test_rerun_resumes_without_retraining(quick_run, capsys):
     before = (quick_run / "final" / "target" / "model.safetensors").stat().st_mtime_ns
     assert main(["train-pair", "--quick", "--workdir", str(quick_run)]) == 0

@@ -153,23 +153,27 @@ def test_tree_scoring_decodes_like_replicated_rows(models):
 
 @pytest.mark.parametrize("method", ["sd", "bv", "greedy", "submaximal(fraction=0.3)"])
 def test_batched_verification_commits_what_the_per_row_verifiers_commit(models, method, monkeypatch):
-    """With one draft and several prompts the engine verifies every row in one batched call; the
+    """With one draft and several prompts the verifier checks every row in one batched call; the
     per-row verifiers, forced here, must commit the same tokens from the same seed."""
-    import draftverify.engine.decoder as decoder
+    from draftverify.verify import Verifier
 
     _, target, draft = models
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
     temperature = 0 if method == "greedy" else 1.0
+    kernel_calls = []
+    batch_call = Verifier.verify_batch
+    monkeypatch.setattr(Verifier, "verify_batch", lambda self, *a, **k: kernel_calls.append(1) or batch_call(self, *a, **k))
 
-    def run() -> tuple[list[list[int]], bool]:
+    def run() -> list[list[int]]:
         batch = Decoder(target, draft, prompts, DecodeConfig(method, draft_length=3, temperature=temperature,
                                                              max_new_tokens=20, seed=7, ignore_eos=True))
         while not batch.done:
             batch.step()
-        return [batch.generated(i) for i in range(len(prompts))], batch.batched
+        return [batch.generated(i) for i in range(len(prompts))]
 
-    batched, used = run()
-    monkeypatch.setattr(decoder, "BATCHED_KERNELS", {})
-    per_row, unused = run()
-    assert used and not unused
+    batched = run()
+    used = len(kernel_calls)
+    monkeypatch.setattr(Verifier, "batched", False)
+    per_row = run()
+    assert used > 0 and len(kernel_calls) == used
     assert batched == per_row

@@ -37,11 +37,11 @@ def test_paths_load_and_decode(folders):
 
 def test_embedded_layout_and_ngram_draft(folders, monkeypatch):
     monkeypatch.setattr(pair_module, "ASSETS", folders)
-    pair = load_pair(draft="ngram")
+    pair = load_pair("tiny", draft="ngram")
     assert isinstance(pair.draft, NGramModel) and pair.draft_name == "ngram"
     contexts = [pair.tokenizer.encode("def add(a"), pair.tokenizer.encode("x")]
     torch.testing.assert_close(pair.draft.next_token_logits(contexts).exp(), pair.draft.drafter.next_token_probs(contexts))
-    assert load_pair().draft_name == "draft"
+    assert load_pair("tiny").draft_name == "draft"
 
 
 def test_vocabulary_mismatch_is_a_value_error(folders):
@@ -63,4 +63,12 @@ def test_missing_files_are_file_not_found(folders, tmp_path, monkeypatch):
         load_pair(folders / "draft", folders / "draft")  # a target folder without a tokenizer
     monkeypatch.setattr(pair_module, "ASSETS", tmp_path)
     with pytest.raises(FileNotFoundError, match="train-pair"):
-        load_pair()
+        load_pair("tiny")
+
+
+def test_named_pairs_and_drafts_that_do_not_fit(folders, monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match="no draft of its own"):
+        load_pair(folders / "target")
+    monkeypatch.setattr(pair_module, "ASSETS", folders)
+    with pytest.raises(ValueError, match="tiny pair's n-gram"):
+        load_pair(folders / "target", "ngram")

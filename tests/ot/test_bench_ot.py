@@ -12,12 +12,12 @@ from draftverify.cli import main
 
 def test_bench_ot_writes_json_and_a_table(tmp_path, capsys):
     out, table = tmp_path / "ot.json", tmp_path / "ot.md"
-    code = main(["bench", "ot", "--top-k", "5", "--drafts", "2", "--tokens", "2", "--vocab-size", "50",
-                 "--methods", "maxflow", "maxflow-cs", "gr@0.001", "--json", str(out), "--markdown", str(table)])
+    code = main(["bench", "ot", "--top-k", "5", "--num-drafts", "2", "--tokens", "2", "--vocab", "50",
+                 "--methods", "maxflow", "ot(solver=maxflow-cs)", "ot(solver=gr,tol=1e-3)", "--json", str(out), "--markdown", str(table)])
     assert code == 0
     results = json.loads(out.read_text())["results"]
-    assert [r["method"] for r in results] == ["maxflow", "maxflow-cs", "gr@0.001"]
-    exact = [r for r in results if r["method"] != "gr@0.001"]
+    assert [r["method"] for r in results] == ["maxflow", "maxflow-cs", "ot(solver=gr,tol=0.001)"]
+    exact = [r for r in results if r["method"] != "ot(solver=gr,tol=0.001)"]
     assert all(abs(r["acceptance"] - r["alpha_star"]) < 1e-9 and r["target_l1_max"] < 1e-9 for r in exact)
     assert "| 5 | 2 | maxflow-cs |" in table.read_text()
 

@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from draftverify import get_verifier
-from draftverify.testing import check_exactness, enumerate_outcomes, exact_output_law, goodness_of_fit, random_pair
+from draftverify.testing import (
+    FAILED, INCONCLUSIVE, PASSED, check_exactness, detectable_tv, enumerate_outcomes, exact_output_law, goodness_of_fit,
+    random_pair,
+)
 
 
 def test_goodness_of_fit_on_hand_cases():
@@ -68,3 +71,72 @@ def test_checker_reports_each_decoded_sequence():
     done = []
     report = check_exactness(get_verifier("sd"), samples=25, on_sample=lambda: done.append(1))
     assert len(done) == report.samples == 25
+
+
+class TargetCubed:
+    """Samples the next token from the target cubed (renormalised): far from the target's law."""
+
+    def verify(self, draft_tokens, draft_probs, target_probs, generator=None, state=None):
+        from draftverify.verify.base import VerifyResult
+
+        row = torch.as_tensor(target_probs)[0, 0] ** 3  # [V]
+        return VerifyResult([int(torch.multinomial(row / row.sum(), 1, generator=generator))], 0, 0, None)
+
+
+def test_a_test_without_degrees_of_freedom_is_inconclusive_never_passed():
+    # 20^4 outcomes, 500 samples: every expected count is below 5, so one pooled bin and no test
+    report = check_exactness(TargetCubed(), random_pair(vocab_size=20), num_tokens=4, samples=500)
+    assert report.status == INCONCLUSIVE and not report.passed(), report
+    assert np.isnan(report.p_value) and report.dof == 0 and report.detectable_tv == 1.0
+    assert np.isnan(goodness_of_fit(np.array([3.0, 1.0]), np.array([0.5, 0.5]))[0])
+
+
+def test_a_test_too_weak_for_the_stated_tv_is_inconclusive():
+    report = check_exactness("sd", draft_length=1, num_tokens=2, samples=200)
+    assert report.dof >= 1 and report.p_value > report.threshold
+    assert report.detectable_tv > report.detect_tv and report.status == INCONCLUSIVE, report
+    assert check_exactness("sd", draft_length=1, num_tokens=2, samples=200, detect_tv=0.5).passed()
+
+
+def test_an_exact_verifier_with_enough_samples_passes_and_its_broken_twins_fail():
+    passed = check_exactness("sd", draft_length=1, num_tokens=2, samples=2000)
+    assert passed.status == PASSED and passed.detectable_tv <= 0.1, passed
+    for twin in (TargetCubed(), DraftOnly()):
+        failed = check_exactness(twin, draft_length=1, num_tokens=2, samples=2000)
+        assert failed.status == FAILED and not failed.passed(), failed
+
+
+def test_detectable_tv_is_detected_by_the_worst_alternative():
+    # the alternative at binned TV delta of least noncentrality (Cauchy-Schwarz equality: shifts
+    # proportional to the law, +delta on one half of the mass, -delta on the other) is still
+    # rejected with about the stated power 0.9
+    law = np.array([0.25, 0.25, 0.2, 0.1, 0.1, 0.05, 0.05])
+    samples, threshold = 400, 1e-3
+    delta = detectable_tv(law, samples, threshold)
+    sign = np.array([1, -1, 1, -1, 1, -1, -1])  # halves of mass 0.5 and 0.5
+    alternative = law * (1 + 2 * delta * sign)
+    rng = np.random.default_rng(0)
+    rejected = [goodness_of_fit(rng.multinomial(samples, alternative).astype(float), law)[0] <= threshold
+                for _ in range(2000)]
+    assert 0.5 * np.abs(alternative - law).sum() == pytest.approx(delta)
+    assert np.mean(rejected) > 0.85
+    assert detectable_tv(law, 4 * samples, threshold) < delta  # more samples see smaller deviations
+
+
+def test_checker_refuses_what_is_not_a_verifier_or_its_arguments():
+    assert check_exactness("bv", draft_length=1, num_tokens=2, samples=5).samples == 5  # a name resolves
+    with pytest.raises(ValueError, match="verifier"):
+        check_exactness(object())
+    with pytest.raises(ValueError, match="pair"):
+        check_exactness("sd", pair="foo")
+    with pytest.raises(ValueError, match="samples"):
+        check_exactness("sd", samples=2.5)
+    with pytest.raises(ValueError, match="threshold"):
+        check_exactness("sd", threshold=0)
+
+    class ReturnsNone:
+        def verify(self, *args, **kwargs):
+            return None
+
+    with pytest.raises(ValueError, match="not a VerifyResult"):
+        check_exactness(ReturnsNone(), samples=2)

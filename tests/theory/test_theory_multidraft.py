@@ -83,7 +83,7 @@ def test_multidraft_acceptance_uses_the_ot_alpha_star():
 
 
 def test_lemma_5_1_value_in_the_algorithms_counterexample():
-    # ALGORITHMS.md: V = 2, K = 2, L = 1, draft (0.5, 0.5), target (0.9, 0.1): claimed 0.822
+    # docs/corrections.md: V = 2, K = 2, L = 1, draft (0.5, 0.5), target (0.9, 0.1): claimed 0.822
     target, draft = np.array([0.9, 0.1]), np.array([0.5, 0.5])
     claim = theory.spectr_gbv_claimed_bound([target], [draft], 2).sum()
     assert claim == pytest.approx(0.9 * (1 - (4 / 9) ** 2) + 0.1)
@@ -153,7 +153,7 @@ def spectr_gbv_one_token_law(target, draft, k):
 
 
 def test_spectr_gbv_as_written_is_not_exact_and_misses_its_claim():
-    # ALGORITHMS.md: V = 2, K = 2, L = 1, draft (0.5, 0.5), target (0.9, 0.1)
+    # docs/corrections.md: V = 2, K = 2, L = 1, draft (0.5, 0.5), target (0.9, 0.1)
     target, draft = np.array([0.9, 0.1]), np.array([0.5, 0.5])
     law, expected_tau = spectr_gbv_one_token_law(target, draft, 2)
     assert law[0] == pytest.approx(151 / 162)  # not 0.9: seed 004 Theorem 4.2 fails for K >= 2

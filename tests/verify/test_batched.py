@@ -13,9 +13,9 @@ from draftverify.bench.verify_speed import lm_like_pair
 from draftverify.rng import BranchingSource
 from draftverify.testing import enumerate_outcomes, exact_sequence_law, goodness_of_fit, random_pair
 from draftverify.testing.checker import _draw_drafts
-from draftverify.verify import batched_kernels
+from draftverify.verify import batched, block
 from draftverify.verify.base import VerifyResult
-from draftverify.verify.batched import PAD_TOKEN_ID, draw_uniforms, verify_batch
+from draftverify.verify.batched import PAD_TOKEN_ID, draw_uniforms
 
 STRICT = 1e-3  # as test_exactness: a correct kernel passes above this p-value (fixed seeds)
 BROKEN = 1e-6  # a broken twin must fall below this one
@@ -31,6 +31,12 @@ def flat(rows):
     target = torch.cat([r[2] for r in rows])
     cu = torch.tensor([r[0].shape[0] for r in rows]).cumsum(0)
     return tokens, draft, target, cu
+
+
+def verify_batch(name, *arrays, fraction=None, validate=True, **keywords):
+    """The batched kernel of verifier ``name`` (``fraction`` and ``validate`` are its options)."""
+    options = {} if fraction is None else {"fraction": fraction}
+    return get_verifier(name, validate=validate, **options).verify_batch(*arrays, **keywords)
 
 
 def per_row(name, options, rows, generator):
@@ -154,7 +160,7 @@ def test_batch_equals_per_row_verifiers_on_lm_like_rows(name, options):
 def test_rows_in_blocks_equal_per_row_verifiers(monkeypatch, name, options):
     # on CPU the [rows, V] work runs in blocks of rows; one row per block here (the tests above fit
     # their whole batch in one block)
-    monkeypatch.setattr(batched_kernels, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr(batched, "_BLOCK_BYTES", 1)
     for seed in range(10):
         rows = random_rows([1 + (seed + 2 * k) % 5 for k in range(5)], 50, torch.float32, seed)
         batch_gen, row_gen = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
@@ -327,10 +333,11 @@ def residual_is_target(target_rows, draft_rows, withheld):
 
 
 @pytest.mark.parametrize(
-    "name,attribute,twin", [("bv", "last_success", first_failure), ("sd", "correction_weights", residual_is_target)]
+    "name,module,attribute,twin",
+    [("bv", block, "last_true", first_failure), ("sd", batched, "correction_weights", residual_is_target)],
 )
-def test_batch_test_rejects_broken_twin_kernels(monkeypatch, name, attribute, twin):
-    monkeypatch.setattr(batched_kernels, attribute, twin)
+def test_batch_test_rejects_broken_twin_kernels(monkeypatch, name, module, attribute, twin):
+    monkeypatch.setattr(module, attribute, twin)
     p_value = batch_p_value(name, {})
     assert p_value < BROKEN, p_value
     law = exact_sequence_law(KernelAsVerifier(name), PAIR, draft_length=2, num_tokens=3)
@@ -358,7 +365,7 @@ def valid_inputs():
         (lambda a, k: k.update(uniforms=torch.zeros(7)), "uniforms: expected float64"),
         (lambda a, k: k.update(uniforms=torch.ones(7, dtype=torch.float64)), r"must lie in \[0, 1\)"),
         (lambda a, k: k.update(max_draft_len=2), "below the longest draft"),
-        (lambda a, k: k.update(fraction=0.5), "takes no fraction"),
+        (lambda a, k: k.update(fraction=0.5), r"does not take option\(s\) fraction"),
         (lambda a, k: k.update(generator=7), "generator: expected a torch.Generator .* or None, got int"),
         (lambda a, k: k.update(generator=np.random.default_rng(0)), "got numpy.random._generator.Generator"),
     ],
@@ -377,7 +384,7 @@ def test_drafted_token_of_zero_draft_probability_is_rejected():
         verify_batch("bv", tokens, draft, target, cu)
     with pytest.raises(ValueError, match="fraction must lie"):
         verify_batch("submaximal", tokens, draft, target, cu, fraction=1.5)
-    with pytest.raises(ValueError, match="unknown batched method"):
+    with pytest.raises(ValueError, match="'gbv' has no batched kernel"):
         verify_batch("gbv", tokens, draft, target, cu)
     with pytest.raises(ValueError, match="generator: expected a torch.Generator"):
         draw_uniforms(3, 2, generator=BranchingSource())  # a batch draws its uniforms; it cannot branch
@@ -389,12 +396,11 @@ def test_cuda_kernels_match_cpu_without_host_sync(name, options):
     tokens, draft, target, cu = flat(random_rows([1, 4, 2, 8, 3] * 8, 300, torch.float32, seed=2))
     uniforms = draw_uniforms(tokens.shape[0], cu.shape[0], torch.Generator().manual_seed(0))
     cpu = verify_batch(name, tokens, draft, target, cu, uniforms=uniforms, **options)
-    kernel = batched_kernels.__dict__[f"{name}_kernel"]
+    kernel = get_verifier(name, **options).kernel  # no checks: the public boundary reads the offsets
     args = [a.cuda() for a in (tokens, draft, target, cu, uniforms)]
     torch.cuda.set_sync_debug_mode("error")
     try:
-        extra = (options["fraction"],) if options else ()
-        gpu = kernel(*args, 8, *extra)
+        gpu = kernel(*args, 8)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(gpu.output_tokens.cpu(), cpu.output_tokens)

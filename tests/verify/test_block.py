@@ -1,4 +1,4 @@
-"""`bv` and `gbv`: the regression of ALGORITHMS.md, E[tau] formulas against exact and Monte Carlo
+"""`bv` and `gbv`: the regression of docs/corrections.md, E[tau] formulas against exact and Monte Carlo
 values, and the gbv state."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def context_free_pair(target_a: float, draft_a: float) -> KnownLawPair:
 
 @pytest.mark.parametrize("name,value", [("sd", Fraction(10, 9)), ("bv", Fraction(11, 9)), ("gbv", Fraction(12, 9))])
 def test_context_free_regression(name, value):
-    # ALGORITHMS.md: T(a) = 1/3, D(a) = 2/3, L = 2
+    # docs/corrections.md: T(a) = 1/3, D(a) = 2/3, L = 2
     pair = context_free_pair(1 / 3, 2 / 3)
     assert expected_accepted(get_verifier(name), pair, [], 2) == pytest.approx(float(value), abs=1e-12)
 

@@ -11,7 +11,8 @@ import torch
 
 from draftverify import get_verifier, ot, rng
 from draftverify.testing import check_exactness, exact_output_law, exact_sequence_law, random_pair
-from draftverify.verify.multidraft import KSeq, OptimalTransport, kseq_rho, multi_step
+from draftverify.formulas import kseq_rho
+from draftverify.verify.multidraft import KSeq, OptimalTransport, multi_step
 from tests.factories import random_distributions, random_verify_inputs
 
 TOL = 1e-4

@@ -36,6 +36,8 @@ def test_values_are_typed_by_the_dataclass_fields():
         ("ot(solver)", "key=value"),
         ("kseq:4@ngram", "expected name"),
         ("ot:solver=gr", "expected name"),
+        ("ot(solver=lp,solver=gr)", "option solver is given twice"),
+        ("kseq(K=2,K=2)", "option K is given twice"),
     ],
 )
 def test_errors_name_the_option_and_its_type(text, message):
@@ -56,3 +58,6 @@ def test_get_verifier_reads_the_grammar():
         get_verifier("kseq(K=2)")
     with pytest.raises(ValueError, match="decoding settings"):
         get_verifier("sd@ngram")
+    with pytest.raises(ValueError, match="disagree on solver"):
+        get_verifier("ot(solver=lp)", solver="gr")
+    assert get_verifier("ot(solver=lp)", solver="lp").solver == "lp"

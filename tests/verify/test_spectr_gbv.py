@@ -29,7 +29,7 @@ def test_registered_as_not_exact():
 
 
 def test_regression_151_over_162():
-    # ALGORITHMS.md: V = 2, K = 2, L = 1, D = (1/2, 1/2), T = (0.9, 0.1)
+    # docs/corrections.md: V = 2, K = 2, L = 1, D = (1/2, 1/2), T = (0.9, 0.1)
     pair = context_free_pair([0.9, 0.1], [0.5, 0.5])
     verifier = get_verifier("spectr-gbv")
     law = first_token_law(verifier, pair, 2, 1)

@@ -35,7 +35,7 @@ def test_sd_rejection_draws_from_the_residual():
 
 
 def path_product_expected_accepted(pair, prefix, length):
-    """sum_{i<=L} sum_{x^i} prod_{j<=i} min(T, D)(x_j | x^{j-1}) (seed 002; ALGORITHMS.md)."""
+    """sum_{i<=L} sum_{x^i} prod_{j<=i} min(T, D)(x_j | x^{j-1}) (seed 002; docs/corrections.md)."""
     total = 0.0
     for i in range(1, length + 1):
         for path in itertools.product(range(pair.vocab_size), repeat=i):

@@ -10,7 +10,7 @@
 """
 
 from ..models.hidden import HiddenStateTap
-from ..verify.sprinter import RateClassifier, Sprinter
+from ..verify.sprinter import Sprinter
 from .classifier import LinearClassifier, RocCurve, labels_for, roc_curve, train_classifier
 from .features import FeatureSpec, build_features
 from .load import DEFAULT_CLASSIFIER, load_classifier
@@ -20,7 +20,6 @@ __all__ = [
     "FeatureSpec",
     "HiddenStateTap",
     "LinearClassifier",
-    "RateClassifier",
     "RocCurve",
     "Sprinter",
     "build_features",

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..tables import table_of
+
 __all__ = ["write_report", "plot_speed_deviation", "plot_theory"]
 
 
@@ -70,14 +72,6 @@ def plot_theory(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
-    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = ["-" if row.get(k) is None else format(row[k], f) for k, _, f in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: str, results_dir: Path, img_dir: Path) -> Path:
     """Write the markdown report, its JSON and its figures; returns the markdown's path."""
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -86,19 +80,19 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
     plot_theory(result, img_dir / "sprinter_theory.png")
     (results_dir / "sprinter.json").write_text(json.dumps(dict(result, roc=roc), indent=1) + "\n")
     s = result["settings"]
-    speed = _table(result["rows"], [
+    speed = table_of(result["rows"], [
         ("method", "method", "s"), ("draft_length", "L", "d"), ("tokens_per_second", "tokens/s", ".1f"),
         ("speedup_vs_sd", "vs sd", ".2f"), ("speedup_vs_ar", "vs ar", ".2f"),
         ("target_calls_per_token", "target calls/token", ".3f"), ("rouge_l_vs_sd", "ROUGE-L vs sd", ".3f"),
         ("rouge_l_vs_canonical", "ROUGE-L vs canonical", ".3f"),
     ])
     sprinter_rows = _sprinter_rows(result)
-    audit = _table(sprinter_rows, [
+    audit = table_of(sprinter_rows, [
         ("threshold", "threshold tau", "g"), ("audit_decisions", "decisions", "d"), ("audit_yes_share", "yes share", ".3f"),
         ("audit_false_positive_rate", "eta_FP (D/T>1)", ".3f"), ("audit_true_positive_rate", "eta_TP (D/T<=1)", ".3f"),
         ("audit_false_positive_rate_lambda", "eta_FP (D/T>lambda)", ".3f"), ("audit_true_positive_rate_lambda", "eta_TP (D/T<=lambda)", ".3f"),
     ])
-    theory = _table(sprinter_rows, [
+    theory = table_of(sprinter_rows, [
         ("threshold", "threshold tau", "g"), ("audit_tv_draws", "TV measured", ".4f"), ("audit_tv_draws_stderr", "s.e.", ".4f"),
         ("audit_tv_theory", "TV general formula", ".4f"), ("audit_tv_uniform", "TV seed Thm 3.1 (eta_FP TV(T,D))", ".4f"),
         ("audit_tv_draft", "TV(T, D)", ".4f"), ("audit_kl_theory", "KL(law||T)", ".4f"),
@@ -125,7 +119,7 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
         parts += ["## The classifier: ROC on a held-out split", "",
                   f"{roc['samples']} drafted tokens, equal shares of the four prefix kinds of seed 003 section 3.2 "
                   f"({', '.join(f'{k}: {v}' for k, v in roc['kinds'].items())}); held-out split by sequence.", "",
-                  _table(roc["results"], [("ratio_threshold", "lambda", "g"), ("features", "features", "s"), ("auc", "AUC", ".3f"),
+                  table_of(roc["results"], [("ratio_threshold", "lambda", "g"), ("features", "features", "s"), ("auc", "AUC", ".3f"),
                                           ("positive_share", "label-1 share", ".3f"),
                                           ("false_positive_rate_at_half", "FP at threshold 0.5", ".3f"),
                                           ("true_positive_rate_at_half", "TP at threshold 0.5", ".3f"),

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..engine import AR
 from ..verify.sprinter import Sprinter
 from .audit import audit_positions, summarise
 from .load import load_classifier
@@ -67,7 +68,7 @@ def _decode(pair, prompt_ids, method, length, settings: ReportSettings, seed: in
 
     config = DecodeConfig(method, draft_length=length, max_new_tokens=settings.max_new_tokens,
                           temperature=settings.temperature, seed=seed, ignore_eos=True)
-    decoder = Decoder(pair.target, None if method == "ar" else pair.draft, [prompt_ids], config)
+    decoder = Decoder(pair.target, None if method == AR else pair.draft, [prompt_ids], config)
     start, calls = time.perf_counter(), 0
     while not decoder.done:
         calls += sum(step.stats.target_calls for step in decoder.step())
@@ -86,7 +87,7 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
     prompts = humaneval_prompts(settings.prompts)
     canonical = [p["canonical_solution"] for p in list(read_problems().values())[: settings.prompts]]
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=CodeTokenizer())
-    methods: list[tuple[str, Any, int | None, int]] = [("ar", "ar", None, settings.seed), ("sd", "sd", settings.draft_length, settings.seed),
+    methods: list[tuple[str, Any, int | None, int]] = [(AR, AR, None, settings.seed), ("sd", "sd", settings.draft_length, settings.seed),
                                                        ("sd (seed + 1)", "sd", settings.draft_length, settings.seed + 1)]
     classifier = load_classifier(classifier)
     thresholds = settings.thresholds or default_thresholds(classifier)
@@ -111,7 +112,7 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
                                                         decoder.states[0], temperature=settings.temperature))
         log(f"prompt {index + 1}/{len(prompts)} done")
     ratio_threshold = float(getattr(next(iter(verifiers.values())).classifier, "ratio_threshold", 1.0))
-    ar_speed = records["ar"]["tokens"] / records["ar"]["seconds"]
+    ar_speed = records[AR]["tokens"] / records[AR]["seconds"]
     sd_speed = records["sd"]["tokens"] / records["sd"]["seconds"]
     rows = []
     for name, method, length, _ in methods:

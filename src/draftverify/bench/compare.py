@@ -11,17 +11,19 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..engine import GenerationResult, generate, generate_batch
+from ..engine import AR, GenerationResult, generate, generate_batch
 from ..models.base import LanguageModel
+from ..tables import table_of
 from ..verify import parse_method
 from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare", "format_table"]
+__all__ = ["MethodRun", "run_spec", "run_spec_batch", "compare"]
 
-DEMO_SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
+DEMO_SPECS = (AR, "sd", "bv")
+DEMO_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ def _method(spec: str, drafts: dict[str, LanguageModel], settings: dict[str, Any
     """The method name, its draft and its decoding settings for ``spec`` (see module doc)."""
     parsed = parse_method(spec)
     draft_name = parsed.draft or "draft"
-    if parsed.name == "ar":
+    if parsed.name == AR:
         return parsed.name, None, {k: v for k, v in settings.items() if k not in ("draft_length", "num_drafts")}
     if draft_name not in drafts:
         raise ValueError(f"{spec}: no draft named {draft_name!r} (have {', '.join(drafts) or 'none'})")
@@ -65,15 +67,6 @@ def run_spec_batch(
     return generate_batch(target, draft, prompts, name, **settings)
 
 
-def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
-    """A plain-text table: ``columns`` = (key, header, format) per column; None prints as '-'."""
-    cells = [[header for _, header, _ in columns]]
-    for row in rows:
-        cells.append(["-" if row.get(key) is None else format(row[key], fmt) for key, _, fmt in columns])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
-
-
 def compare(
     prompt: str | None = None,
     *,
@@ -88,30 +81,30 @@ def compare(
     out: TextIO = sys.stdout,
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
-    """Complete ``prompt`` (default: HumanEval/0) with each method; print the prompt, each
-    method's completion under a ``# --- method ---`` line, and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
+    """Answer ``prompt`` (default: :data:`DEMO_PROMPT`, as a chat message where the tokenizer has a
+    template) with each method; print the prompt, each method's text under a ``# --- method ---``
+    line, and a table (tokens/s, speedup over ar, acceptance, tokens per target call).
 
-    Default models: the embedded pair, its transformer draft as ``"draft"`` and its n-gram drafter
-    as ``"ngram"``. ``progress`` (see :mod:`.progress`) follows the methods. Returns the table rows.
+    Default models: the default pair (``load_pair()``) with its draft as ``"draft"``.
+    ``progress`` (see :mod:`.progress`) follows the methods. Returns the table rows.
     """
+    from ..models.chat import encode_prompt
+
     if target is None:
-        from ..models.pair import load_ngram_draft, load_pair
+        from ..models.pair import load_pair
 
         pair = load_pair()
         target, tokenizer = pair.target, pair.tokenizer
-        drafts = {"draft": pair.draft, "ngram": load_ngram_draft(pair.target)}
+        drafts = {"draft": pair.draft}
     drafts = drafts or {}
-    if prompt is None:
-        from ..train.measure import humaneval_prompts
-
-        prompt = humaneval_prompts(1)[0]
-    prompt_ids = tokenizer.encode(prompt)
+    prompt = DEMO_PROMPT if prompt is None else prompt
+    prompt_ids = encode_prompt(tokenizer, prompt)
     settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, draft_length=draft_length, seed=seed)
     for spec in specs:  # warm-up: one-time allocations are not timed
         run_spec(spec, target, drafts, prompt_ids, **{**settings, "max_new_tokens": 2})
     runs = [run_spec(spec, target, drafts, prompt_ids, tokenizer=tokenizer, **settings)
             for spec in track(progress, specs, "methods on the prompt")]
-    ar = next((r.result.tokens_per_second for r in runs if r.spec == "ar"), None)
+    ar = next((r.result.tokens_per_second for r in runs if r.spec == AR), None)
     rows = [
         dict(
             method=r.spec, tokens=len(r.result.tokens), tokens_per_second=r.result.tokens_per_second,
@@ -127,5 +120,5 @@ def compare(
     columns = [("method", "method", "s"), ("tokens", "tokens", "d"), ("tokens_per_second", "tokens/s", ".1f"),
                ("speedup", "vs ar", ".2f"), ("acceptance", "acceptance", ".2f"),
                ("tokens_per_target_call", "tokens/target call", ".2f")]
-    out.write(format_table(rows, columns) + "\n")
+    out.write(table_of(rows, columns, markdown=False) + "\n")
     return rows

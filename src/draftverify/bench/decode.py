@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..engine import AR
+from .models import ModelSettings, load_models
+from .output import emit_json
 from .plots import plot_all
 from .probes import REFERENCE_DRAWS, first_token_deviation
 from .progress import track
@@ -35,13 +37,6 @@ from .sweep import RunConfig, Sweep, run_sweep
 
 if TYPE_CHECKING:
     from rich.progress import Progress
-
-
-def _models(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
-    """Target, drafts by kind and tokenizer, loaded as the speed benchmark loads them."""
-    from .speed import _models as load
-
-    return load(argparse.Namespace(tiny=args.tiny, target=args.target, draft=args.draft, no_ngram="ngram" not in args.drafts))
 
 
 def _model_fingerprint(model: Any) -> str:
@@ -105,7 +100,8 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     sweep = Sweep(tuple(args.methods), tuple(args.num_drafts), tuple(args.draft_lengths), tuple(args.temperatures),
                   tuple(args.drafts), tuple(args.seeds), args.top_k)
     texts = load_prompts(args.prompts, field=args.field, limit=args.num_prompts)
-    target, drafts, tokenizer = _models(args)
+    target, drafts, tokenizer = load_models(ModelSettings(target=args.target, draft=args.draft, tiny=args.tiny,
+                                                          drafts=tuple(args.drafts)))
     prompts = [tokenizer.encode(text) for text in texts]
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out / "cache"
@@ -127,8 +123,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     with (out / "results.jsonl").open("w") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in records)
     summary = dict(meta, rows=rows, deviation=deviation, plots=[str(p) for p in plots])
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps(summary, indent=1))
+    emit_json(summary, out / "summary.json")
     print()
     print(console_table(rows))
     for row in rows:

@@ -20,7 +20,6 @@ Run: ``draftverify bench model-cost`` (JSON then a table).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -30,6 +29,8 @@ import torch
 from ..models.base import LanguageModel
 from ..models.hf import TransformersModel
 from ..models.panel_mm import kernel
+from ..tables import table_of
+from .output import emit_json
 from .panel_mm import copy_bandwidth
 from .progress import track
 
@@ -149,18 +150,12 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
                               built=status.built),
                   copy_bandwidth_gb_s=bandwidth / 1e9,
                   goals=dict(r_5=1.2, r_9=1.4, r_17=2.0, bandwidth_fraction=0.85, draft_cost_c=0.12), variants=rows)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+    emit_json(report, args.json)
     lengths = [length + 1 for length in args.draft_length]
     print(f"\ncopy bandwidth {bandwidth / 1e9:.1f} GB/s; panel kernel: {status.name}"
           + (f" ({status.reason})" if status.reason else f" (loaded in {status.load_seconds:.1f} s)"))
-    print(f"{'variant':>10}  {'target 1 ms':>11}  " + "  ".join(f"{f'r({n})':>6}" for n in lengths)
-          + f"  {'GB/s':>5}  {'of copy':>7}  {'c':>6}")
-    for r in rows:
-        c = f"{r['draft_cost_c']:6.3f}" if "draft_cost_c" in r else f"{'-':>6}"
-        print(f"{r['variant']:>10}  {r['target_1_ms']:11.3f}  " + "  ".join(f"{r[f'r_{n}']:6.2f}" for n in lengths)
-              + f"  {r['one_token_gb_s']:5.1f}  {r['bandwidth_fraction']:7.2f}  {c}")
+    columns = [("variant", "variant", ""), ("target_1_ms", "target 1 ms", ".3f")]
+    columns += [(f"r_{n}", f"r({n})", ".2f") for n in lengths]
+    columns += [("one_token_gb_s", "GB/s", ".1f"), ("bandwidth_fraction", "of copy", ".2f"), ("draft_cost_c", "c", ".3f")]
+    print(table_of(rows, columns, markdown=False))
     return 0

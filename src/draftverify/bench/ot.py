@@ -26,6 +26,8 @@ import numpy as np
 
 from .. import ot
 from ..ot import NetworkTooLarge
+from ..verify import MethodSpec, parse_method
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -33,13 +35,13 @@ if TYPE_CHECKING:
 
 # seed 001 Table 1, Llama-3 70B/8B: ms per token (GR: success rate in brackets); None = not run
 PAPER = {
-    (10, 2): {"lp": 4.07, "maxflow": 2.45, "maxflow-cs": 2.51, "gr@0.001": (5.27, 0.98), "gr@0.0001": (7.62, 0.93)},
-    (10, 3): {"lp": 30.14, "maxflow": 3.80, "maxflow-cs": 3.88, "gr@0.001": (17.35, 0.98), "gr@0.0001": (23.95, 0.87)},
-    (10, 4): {"lp": ">4000", "maxflow": 74.21, "maxflow-cs": 74.37, "gr@0.001": (40.30, 0.97), "gr@0.0001": (54.84, 0.86)},
-    (10, 5): {"lp": ">400000", "maxflow": ">10000", "maxflow-cs": ">10000", "gr@0.001": (70.75, 0.96), "gr@0.0001": (94.79, 0.85)},
-    (100, 2): {"lp": ">4000", "maxflow": 72.28, "maxflow-cs": 63.03, "gr@0.001": (23.92, 0.38), "gr@0.0001": (25.47, 0.23)},
-    (100, 3): {"lp": ">400000", "maxflow": ">200000", "maxflow-cs": ">200000", "gr@0.001": (30.52, 0.23), "gr@0.0001": (38.44, 0.14)},
-    (1000, 2): {"lp": "OOM", "maxflow": ">400000", "maxflow-cs": ">400000", "gr@0.001": (34.94, 0.31), "gr@0.0001": (47.46, 0.15)},
+    (10, 2): {"lp": 4.07, "maxflow": 2.45, "maxflow-cs": 2.51, "ot(solver=gr,tol=0.001)": (5.27, 0.98), "ot(solver=gr,tol=0.0001)": (7.62, 0.93)},
+    (10, 3): {"lp": 30.14, "maxflow": 3.80, "maxflow-cs": 3.88, "ot(solver=gr,tol=0.001)": (17.35, 0.98), "ot(solver=gr,tol=0.0001)": (23.95, 0.87)},
+    (10, 4): {"lp": ">4000", "maxflow": 74.21, "maxflow-cs": 74.37, "ot(solver=gr,tol=0.001)": (40.30, 0.97), "ot(solver=gr,tol=0.0001)": (54.84, 0.86)},
+    (10, 5): {"lp": ">400000", "maxflow": ">10000", "maxflow-cs": ">10000", "ot(solver=gr,tol=0.001)": (70.75, 0.96), "ot(solver=gr,tol=0.0001)": (94.79, 0.85)},
+    (100, 2): {"lp": ">4000", "maxflow": 72.28, "maxflow-cs": 63.03, "ot(solver=gr,tol=0.001)": (23.92, 0.38), "ot(solver=gr,tol=0.0001)": (25.47, 0.23)},
+    (100, 3): {"lp": ">400000", "maxflow": ">200000", "maxflow-cs": ">200000", "ot(solver=gr,tol=0.001)": (30.52, 0.23), "ot(solver=gr,tol=0.0001)": (38.44, 0.14)},
+    (1000, 2): {"lp": "OOM", "maxflow": ">400000", "maxflow-cs": ">400000", "ot(solver=gr,tol=0.001)": (34.94, 0.31), "ot(solver=gr,tol=0.0001)": (47.46, 0.15)},
 }
 
 
@@ -68,14 +70,14 @@ def model_pairs(num_positions: int, prompts: int = 4, seed: int = 0, pair=None) 
     early at eos, so later prompts in file order top up), and take at every position the target's
     distribution it was drawn from and the draft's teacher-forced distribution over the same
     prefix (``draftverify.train.measure``). ``pair``: a ``ModelPair`` with a transformers draft
-    (default: ``load_pair()``, the embedded pair). Returns the pairs and a description.
+    (default: ``load_pair("tiny")``, the embedded tiny pair, whose figures the results page holds). Returns the pairs and a description.
     """
     import torch
 
     from ..models import load_pair
     from ..train.measure import humaneval_prompts, sample_continuation, teacher_forced_probs
 
-    pair = load_pair() if pair is None else pair
+    pair = load_pair("tiny") if pair is None else pair
     target, draft, tokenizer = pair.target.model, pair.draft.model, pair.tokenizer
     per_prompt = -(-num_positions // prompts)
     config = pair.target.config
@@ -105,11 +107,18 @@ def top_k(probs: np.ndarray, k: int) -> np.ndarray:
     return out / out.sum()
 
 
-def _method(spec: str) -> tuple[str, float]:
-    name, _, tol = spec.partition("@")
-    if name not in ot.METHODS:
-        raise ValueError(f"unknown method {name!r} in {spec!r}; known: {', '.join(ot.METHODS)}")
-    return name, float(tol) if tol else 1e-4
+def _method(text: str) -> tuple[str, str, float]:
+    """A method in the common grammar (:mod:`draftverify.verify.spec`): ``ot(solver=gr,tol=1e-4)``,
+    or a solver name alone (``lp``) for ``ot(solver=lp)``. Returns (label, solver, tol): the label is
+    the solver's name for the exact solvers, the method written out in full for ``gr``."""
+    spec = parse_method(text if "(" in text or text == "ot" else f"ot(solver={text})")
+    if spec.name != "ot" or spec.draft is not None or spec.num_drafts is not None or spec.draft_length is not None:
+        raise ValueError(f"method {text!r}: expected a solver ({', '.join(ot.METHODS)}) or ot(solver=NAME,tol=TOL)")
+    solver, tol = spec.options.get("solver", "gr"), float(spec.options.get("tol", 1e-4))
+    if solver not in ot.METHODS:
+        raise ValueError(f"unknown solver {solver!r} in {text!r}; known: {', '.join(ot.METHODS)}")
+    label = str(MethodSpec("ot", {"solver": solver, "tol": tol})) if solver == "gr" else solver
+    return label, solver, tol
 
 
 def _timed(target, draft, n: int, name: str, tol: float, limits: dict, drafted: np.ndarray, repeats: int):
@@ -127,11 +136,11 @@ def _cell(pairs, k: int, n: int, specs: list[str], args, rng: np.random.Generato
     """Every method of one (top-k, drafts) cell, interleaved token by token: on a shared machine a
     slow minute then hits all methods alike, so their ratios (the figures compared with the paper)
     hold even when absolute times drift. A method stops after ``args.cell_seconds`` of solving."""
-    methods = {spec: _method(spec) for spec in specs}
+    methods = {label: (name, tol) for label, name, tol in map(_method, specs)}
     limits = {spec: {"max_arcs": dict(zip(["lp", "maxflow", "maxflow-cs"], args.max_arcs)).get(name, args.max_arcs[2])}
               for spec, (name, _) in methods.items()}
     keys = ("wall", "cpu", "success", "acceptance", "alpha", "error")
-    measured = {spec: {key: [] for key in keys} for spec in specs}
+    measured = {spec: {key: [] for key in keys} for spec in methods}
     skipped: dict[str, str] = {}
     for target, draft in pairs:
         drafted = rng.choice(draft.size, size=n, p=draft)
@@ -147,7 +156,7 @@ def _cell(pairs, k: int, n: int, specs: list[str], args, rng: np.random.Generato
             for key, value in zip(keys, values):  # converged first: the full plan is forced after it
                 measured[spec][key].append(value)
     cells = []
-    for spec in specs:
+    for spec in methods:
         if spec in skipped:
             cells.append({"top_k": k, "drafts": n, "method": spec, "status": "skipped", "reason": skipped[spec]})
             continue
@@ -204,19 +213,19 @@ def markdown(results: list[dict], meta: dict) -> str:
 def distributions(args: argparse.Namespace) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """The (target, draft) pairs the grid runs on, from ``args.source``, and their description."""
     if args.source == "pair":
-        pairs, info = model_pairs(args.tokens, args.prompts, args.seed)
+        pairs, info = model_pairs(args.tokens, args.num_prompts, args.seed)
         return pairs, {"source": "pair", **info, "tokens": len(pairs), "seed": args.seed}
     rng = np.random.default_rng(args.seed)
-    pairs = [synthetic_pair(rng, args.vocab_size, args.noise) for _ in range(args.tokens)]
+    pairs = [synthetic_pair(rng, args.vocab, args.noise) for _ in range(args.tokens)]
     return pairs, {"source": "synthetic", "generator": "draftverify.bench.ot.synthetic_pair",
-                   "vocab_size": args.vocab_size, "noise": args.noise, "tokens": args.tokens, "seed": args.seed}
+                   "vocab_size": args.vocab, "noise": args.noise, "tokens": args.tokens, "seed": args.seed}
 
 
 def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     full, source = distributions(args)
     truncated = {k: [(target, top_k(draft, k)) for target, draft in full] for k in args.top_k}
     results = []
-    cells = list(itertools.product(args.top_k, args.drafts))
+    cells = list(itertools.product(args.top_k, args.num_drafts))
     for k, n in track(progress, cells, "cells (top-k, drafts)"):
         for cell in _cell(truncated[k], k, n, list(dict.fromkeys(args.methods)), args, np.random.default_rng([args.seed, k, n])):
             results.append(cell)
@@ -231,12 +240,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         "note": "ms per token = ot.solve + conditional(one drafted tuple), the fastest of `repeats` solves; methods interleaved token by token; CPU = process CPU time (what a dedicated core would "
         "take: the wall clock of this shared machine includes waiting for a core); paper = seed 001 Table 1 (Llama-3, 32-core Xeon, wall).",
     }
-    payload = json.dumps({"meta": meta, "results": results}, indent=1)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(payload + "\n")
-    else:
-        print(payload)
+    emit_json({"meta": meta, "results": results}, args.json)
     table = markdown(results, meta)
     if args.markdown:
         with open(args.markdown, "w") as handle:

@@ -15,7 +15,6 @@ Run: ``draftverify bench panel-mm`` (JSON then a table).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import TYPE_CHECKING, Callable
@@ -24,6 +23,8 @@ import numpy as np
 import torch
 
 from ..models.panel_mm import PanelLinear, kernel
+from ..tables import table_of
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -108,17 +109,13 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
                               built=status.built),
                   copy_bandwidth_gb_s=bandwidth / 1e9, goals=dict(r5=1.2, r9=1.4, r17=2.0, bandwidth_fraction=0.85),
                   results=results)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+    emit_json(report, args.json)
     print(f"\ncopy bandwidth {bandwidth / 1e9:.1f} GB/s; kernel {status.name}"
           + (f" ({status.reason})" if status.reason else f" (loaded in {status.load_seconds:.1f} s)"))
-    print(f"{'shape':>11}  {'kernel':>10}  " + "  ".join(f"{f'us M={m}':>9}" for m in args.rows)
-          + "  " + "  ".join(f"{f'r({m})':>6}" for m in args.rows[1:]) + f"  {'bw':>5}")
-    for r in results:
-        print(f"{'x'.join(map(str, r['shape'])):>11}  {r['kernel']:>10}  "
-              + "  ".join(f"{r['us'][m]:9.1f}" for m in args.rows) + "  "
-              + "  ".join(f"{r['r'][m]:6.2f}" for m in args.rows[1:]) + f"  {r['bandwidth_fraction']:5.2f}")
+    records = [dict(shape="x".join(map(str, r["shape"])), kernel=r["kernel"], bw=r["bandwidth_fraction"],
+                    **{f"us_{m}": r["us"][m] for m in args.rows}, **{f"r_{m}": r["r"][m] for m in args.rows[1:]})
+               for r in results]
+    columns = [("shape", "shape", ""), ("kernel", "kernel", "")] + [(f"us_{m}", f"us M={m}", ".1f") for m in args.rows]
+    columns += [(f"r_{m}", f"r({m})", ".2f") for m in args.rows[1:]] + [("bw", "of copy", ".2f")]
+    print(table_of(records, columns, markdown=False))
     return 0

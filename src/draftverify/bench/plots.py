@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import theory
+from ..engine import AR
 
 __all__ = ["plot_all"]
 
@@ -29,7 +30,7 @@ def _modal(rows: list[dict[str, Any]], name: str) -> Any:
 def _lines(rows: list[dict[str, Any]], x: str) -> dict[str, list[dict[str, Any]]]:
     """Speculative rows grouped into lines along ``x``: one line per method, draft kind and (unless
     ``x`` is K) K; L and temperature, when not ``x``, held at their modal value."""
-    spec = [r for r in rows if r["method"] != "ar"]
+    spec = [r for r in rows if r["method"] != AR]
     held = {d: _modal(spec, d) for d in ("draft_length", "temperature") if d != x and spec}
     lines: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in spec:

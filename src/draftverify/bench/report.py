@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .compare import format_table
+from ..engine import AR
+from ..tables import table, table_of
 from .probes import REFERENCE_DRAWS
 
 __all__ = ["markdown", "console_table"]
@@ -31,16 +32,10 @@ def _deviation(cell: dict[str, Any] | None) -> str:
     return f"{cell['tv']:.3f} ({cell['noise']:.3f}, p {cell['p_value']:.2g})"
 
 
-def _table(header: list[str], lines: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(line) + " |" for line in lines]
-    return "\n".join(out)
-
-
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path], folder: Path,
              deviation: dict[str, dict[str, float]]) -> str:
     """The report: command, settings, one table per metric family, the greedy check, the plots."""
-    spec = [r for r in rows if r["method"] != "ar"]
+    spec = [r for r in rows if r["method"] != AR]
     parts = [
         f"# {meta.get('title', 'Decode benchmark')}", "",
         f"Command: `{meta['command']}`", "",
@@ -51,13 +46,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
         "is tokens/s over `ar`'s on the same units in the same run. Definitions: "
         "`draftverify.bench.metrics`.", "",
         "## Speed and acceptance", "",
-        _table(["configuration", "acceptance", "acceptance per drafted token", "block efficiency", "speedup vs ar", "tokens/s"],
+        table(["configuration", "acceptance", "acceptance per drafted token", "block efficiency", "speedup vs ar", "tokens/s"],
                [[r["label"], _ci(r.get("acceptance")), _num(r.get("acceptance_per_drafted")),
                  _ci(r["block_efficiency"]), _ci(r["speedup"]), _ci(r["tokens_per_second"], ".1f")] for r in rows]), "",
         "## Latency and memory", "",
         "Burstiness is the coefficient of variation of the gaps between consecutive tokens (0 = steady). "
         "Peak memory = model weights + the heap peak sampled while decoding (a lower bound).", "",
-        _table(["configuration", "time to first token (ms)", "inter-token latency (ms)", "burstiness", "peak MB", "overhead vs ar MB"],
+        table(["configuration", "time to first token (ms)", "inter-token latency (ms)", "burstiness", "peak MB", "overhead vs ar MB"],
                [[r["label"], _ci(r["ttft"], ".1f", 1e3), _ci(r["itl"], ".2f", 1e3), _ci(r["burstiness"]),
                  _num(r["peak_mb"], ".1f"), _num(r["memory_overhead_mb"], "+.1f")] for r in rows]), "",
     ]
@@ -68,7 +63,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
             "k = (1 - a^(L+1)) / (1 - a) against the measured BE; S = k / (1 + L rho) (theory) and "
             "BE / (1 + L rho) (plug-in) against the measured speedup. The formula prices a verification "
             "forward like one `ar` forward; the measured ratio is in the 'target call' column.", "",
-            _table(["configuration", "a", "rho", "target call / ar call", "k theory", "BE measured",
+            table(["configuration", "a", "rho", "target call / ar call", "k theory", "BE measured",
                     "S theory", "S plug-in", "S measured", "optimal L (S)"],
                    [[r["label"], _num(r["acceptance"]["value"], ".3f"), _num(r.get("cost_ratio"), ".3f"),
                      _num(r["target_call_ratio"]), _num(r["tokens_per_step_theory"]), _num(r["block_efficiency"]["value"]),
@@ -76,7 +71,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
                      f"{r['optimal_length']} ({r['optimal_length_speedup']:.2f})" if "optimal_length" in r else "-"]
                     for r in spec]), "",
             "## Acceptance by position and accepted lengths", "",
-            _table(["configuration", "P(accept position i | tested), i = 1..L", "steps accepting 0..L tokens"],
+            table(["configuration", "P(accept position i | tested), i = 1..L", "steps accepting 0..L tokens"],
                    [[r["label"], " ".join(_num(v) for v in r["position_acceptance"]),
                      " ".join(str(v) for v in r["accepted_histogram"])] for r in spec]), "",
             "## Quality and deviation", "",
@@ -86,7 +81,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
             "beside the mean TV of as many exact draws (the estimator's floor) and the p-value of the measured TV "
             f"among {REFERENCE_DRAWS} such exact sets (small: a deviation; a TV above the floor with a large p is noise); "
             "inexact methods only.", "",
-            _table(["configuration", "exact", "ROUGE-L vs ar", "first-token TV (floor, p)", "OT fallback rate"],
+            table(["configuration", "exact", "ROUGE-L vs ar", "first-token TV (floor, p)", "OT fallback rate"],
                    [[r["label"], "yes" if r["exact"] else "no", _ci(r.get("rouge_l_vs_ar")),
                      _deviation(deviation.get(r["label"])),
                      _num(r.get("ot_fallback_rate"), ".3f")] for r in spec]), "",
@@ -94,13 +89,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], plots: list[Path]
     if meta.get("failures"):
         parts += ["## Configurations that failed", "",
                   "Their decoding raised; they are left out of every table above.", "",
-                  _table(["configuration", "error"], [[label, message.replace("|", "/")] for label, message in meta["failures"].items()]), ""]
+                  table(["configuration", "error"], [[label, message.replace("|", "/")] for label, message in meta["failures"].items()]), ""]
     greedy = [r for r in spec if "greedy_equal" in r]
     if greedy:
         parts += ["## Greedy equality at temperature 0", "",
                   "Every exact method's completion must equal `ar`'s token for token (inexact methods are "
                   "listed for information).", "",
-                  _table(["configuration", "exact", "equal to ar"],
+                  table(["configuration", "exact", "equal to ar"],
                          [[r["label"], "yes" if r["exact"] else "no", f"{r['greedy_equal']} / {r['units']}"] for r in greedy]), ""]
     if plots:
         parts += ["## Plots", ""] + [f"![{p.stem}]({os.path.relpath(p, folder)})" for p in plots] + [""]
@@ -116,4 +111,4 @@ def console_table(rows: list[dict[str, Any]]) -> str:
     columns = [("label", "configuration", "s"), ("acceptance", "acceptance", ".3f"), ("be", "BE", ".2f"),
                ("speedup", "speedup", ".2f"), ("low", "low", ".2f"), ("high", "high", ".2f"),
                ("tps", "tokens/s", ".1f"), ("rho", "rho", ".3f"), ("theory", "S theory", ".2f")]
-    return format_table(flat, columns)
+    return table_of(flat, columns, markdown=False)

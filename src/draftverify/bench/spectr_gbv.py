@@ -1,7 +1,7 @@
 """`draftverify bench spectr-gbv`: SpecTr-GBV (seed 004) as published against exact multi-draft
 verifiers, by exact enumeration on toy Markov pairs (the numbers of docs/spectr-gbv.md).
 
-Sections: (1) the regression of ALGORITHMS.md (V = 2, K = 2, L = 1); (2) exactness: total
+Sections: (1) the regression of docs/corrections.md (V = 2, K = 2, L = 1); (2) exactness: total
 variation between the exact law of the first tokens decoded through a verifier (every draft and
 every draw enumerated, state passed across calls) and the target's; (3) seed 004's claimed optimum
 (Lemma 5.1) against alpha* (Hu et al. 2025) and K-SEQ's acceptance at L = 1; (4) block efficiency:
@@ -13,7 +13,6 @@ later calls of the stateful gbv and spectr-gbv). Baselines are measured in the s
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +22,7 @@ from .. import get_verifier
 from ..testing import KnownLawPair, MarkovModel, decode_known_law, enumerate_outcomes, exact_sequence_law, random_pair
 from ..testing.checker import _draw_drafts
 from ..theory import multidraft_acceptance, spectr_gbv_claimed_bound
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def first_token_law(verifier, pair: KnownLawPair, num_drafts: int, draft_length:
 
 
 def regression() -> dict:
-    """ALGORITHMS.md: V = 2, K = 2, L = 1, D = (1/2, 1/2), T = (0.9, 0.1)."""
+    """docs/corrections.md: V = 2, K = 2, L = 1, D = (1/2, 1/2), T = (0.9, 0.1)."""
     pair = context_free_pair([0.9, 0.1], [0.5, 0.5])
     verifier = get_verifier("spectr-gbv")
     law = first_token_law(verifier, pair, 2, 1)
@@ -173,11 +173,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         "efficiency": efficiency(QUICK_INSTANCES if args.quick else INSTANCES, args.runs, args.num_tokens, args.seed,
                                  progress),
     }
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+    emit_json(report, args.json)
     print(format_tables(report))
     return 0
 

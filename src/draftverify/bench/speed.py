@@ -27,27 +27,30 @@ Goals (issues 5, 13): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assis
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from ..engine import AR
+from ..tables import table_of
 from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
-from .compare import format_table, run_spec, run_spec_batch
+from .compare import run_spec, run_spec_batch
+from .models import ModelSettings, load_models
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-SPECS = ("ar", "sd", "bv", "sd@ngram", "bv@ngram")
+SPECS = (AR, "sd", "bv", "sd@ngram", "bv@ngram")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
-BATCH_SPECS = ("ar", "sd")
+BATCH_SPECS = (AR, "sd")
 
 
 @contextmanager
@@ -135,40 +138,26 @@ def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs:
     return rows
 
 
-def _models(args) -> tuple[Any, dict[str, Any], Any]:
-    if args.tiny:
-        from ..models.hf import TransformersModel
-        from ..models.toy import char_tokenizer, tiny_causal_lm
-
-        tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_ .,:()[]=+-*/<>\"'#\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        size = len(tokenizer)
-        target = TransformersModel(tiny_causal_lm(size, width=64, layers=2, dtype=torch.float32, max_positions=4096), tokenizer)
-        draft = TransformersModel(tiny_causal_lm(size, width=16, layers=1, seed=1, dtype=torch.float32, max_positions=4096))
-        return target, {"draft": draft}, tokenizer
-    from ..models.pair import load_ngram_draft, load_pair
-
-    pair = load_pair(args.target, args.draft)
-    drafts = {"draft": pair.draft}
-    if not args.no_ngram:
-        drafts["ngram"] = load_ngram_draft(pair.target, args.ngram)
-    return pair.target, drafts, pair.tokenizer
-
-
 def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
+    from ..models.chat import encode_prompt
     from ..train.measure import humaneval_prompts
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     if args.threads:
         torch.set_num_threads(args.threads)
-    target, drafts, tokenizer = _models(args)
+    target, drafts, tokenizer = load_models(ModelSettings(
+        target=args.target, draft=args.draft, ngram=args.ngram, tiny=args.tiny,
+        # the shipped n-gram drafter is the tiny pair's: loaded with --target tiny or a named --ngram
+        drafts=("draft", "ngram") if not (args.no_ngram or args.tiny) and (args.ngram or args.target == "tiny") else ("draft",),
+    ))
     specs = list(SPECS)
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
     specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
-    prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.prompts)]
+    prompts = [encode_prompt(tokenizer, p) for p in humaneval_prompts(args.num_prompts)]  # chat where there is a template
     settings = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, draft_length=args.draft_length)
     ours = dict(settings, ignore_eos=True)  # every method generates exactly max_new_tokens
     # warm-up, not timed
@@ -191,32 +180,28 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
     report = _report(totals, args, target)
     if args.batch:
-        batch_prompts = [tokenizer.encode(p) for p in humaneval_prompts(args.batch)]
+        batch_prompts = [encode_prompt(tokenizer, p) for p in humaneval_prompts(args.batch)]
         report["batch"] = batch_speed(target, drafts, batch_prompts, BATCH_SPECS, args.seed, **ours)
         sd_batch = next(r for r in report["batch"] if r["method"] == "sd")
         report["goals"]["sd_batch_vs_single"] = sd_batch["batch_vs_single"]
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+    emit_json(report, args.json)
     print()
     columns = [("method", "method", "s"), ("tokens_per_second", "tokens/s", ".1f"), ("vs_ar", "vs ar", ".2f"),
                ("acceptance", "acceptance", ".2f"), ("tokens_per_target_call", "tokens/target call", ".2f"),
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
                ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
                ("tokens", "tokens", "d")]
-    print(format_table(report["methods"], columns))
+    print(table_of(report["methods"], columns, markdown=False))
     print("\nmean ms per step")
-    print(format_table([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
+    print(table_of([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
                        [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
-                                                                              "total")]))
+                                                                              "total")], markdown=False))
     if report.get("batch"):
         print()
-        print(format_table(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
+        print(table_of(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
                                              ("batch_tokens_per_second", "batch tokens/s", ".1f"),
                                              ("single_tokens_per_second", "single tokens/s", ".1f"),
-                                             ("batch_vs_single", "batch vs single", ".2f")]))
+                                             ("batch_vs_single", "batch vs single", ".2f")], markdown=False))
     goals = report["goals"]
     print(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0), "
           f"engine efficiency {goals['engine_efficiency']:.3f} (goal 0.95); sd {goals['sd_vs_assisted']:.2f}x "
@@ -233,7 +218,7 @@ def _add(totals: dict, name: str, **values: float) -> None:
 
 
 def _report(totals: dict, args, target) -> dict[str, Any]:
-    ar = totals["ar"]
+    ar = totals[AR]
     ar_speed = ar["tokens"] / ar["seconds"]
     target_call = ar["target_seconds"] / ar["target_calls"]
     rows = []
@@ -264,19 +249,19 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
                 "other": 1e3 * (t["seconds"] - model_seconds - t["verify_seconds"]) / steps,
                 "total": 1e3 * t["seconds"] / steps},
         ))
-    ours = [r for r in rows if r["method"] not in ("ar", ASSISTED, GENERATE)]
+    ours = [r for r in rows if r["method"] not in (AR, ASSISTED, GENERATE)]
     best = max(ours, key=lambda r: r["tokens_per_second"])
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
     return dict(
         command=_command(args),
-        settings=dict(prompts=args.prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        settings=dict(prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       draft_length=args.draft_length, multi=args.multi, tiny=args.tiny,
                       threads=torch.get_num_threads()),
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
                    engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed["sd"] / speed[ASSISTED],
-                   ar_vs_generate=speed["ar"] / speed[GENERATE]),
+                   ar_vs_generate=speed[AR] / speed[GENERATE]),
     )
 
 

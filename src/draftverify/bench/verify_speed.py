@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
+from ..tables import table
 from ..verify import get_verifier, verifiers
-from ..verify.batched import BATCHED_KERNELS, verify_batch
+from .output import emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -90,13 +90,17 @@ def _median_us(call: Callable[[], object], repeats: int, cuda: bool = False) -> 
     return float(np.median(times) * 1e6)
 
 
+def batched_names() -> list[str]:
+    """The registered verifiers with a batched kernel."""
+    return [info.name for info in verifiers() if info.batched]
+
+
 def _batched_call(name: str, arrays, max_len: int, validate: bool, device: str) -> Callable[[], object]:
     tokens, draft, target, cu = (a.to(device) for a in arrays)
     generator = torch.Generator(device=device).manual_seed(0)
     options = {"fraction": 0.5} if name == "submaximal" else {}
-    return lambda: verify_batch(
-        name, tokens, draft, target, cu, generator=generator, max_draft_len=max_len, validate=validate, **options
-    )
+    verifier = get_verifier(name, validate=validate, **options)
+    return lambda: verifier.verify_batch(tokens, draft, target, cu, generator=generator, max_draft_len=max_len)
 
 
 def latency_rows(args, names: list[str], cuda: bool, progress: Progress | None = None) -> list[dict]:
@@ -116,7 +120,7 @@ def latency_rows(args, names: list[str], cuda: bool, progress: Progress | None =
                 timings[f"{name}{suffix}"] = _median_us(
                     lambda: verifier.verify(tokens, draft, target, generator=generator), args.repeats
                 )
-        for name in BATCHED_KERNELS:
+        for name in batched_names():
             for suffix, validate in (("", True), ("_novalidate", False)):
                 call = _batched_call(name, flat_batch([pair]), length, validate, "cpu")
                 timings[f"batched_{name}{suffix}"] = _median_us(call, args.repeats)
@@ -145,7 +149,7 @@ def throughput_rows(args, cuda: bool, progress: Progress | None = None) -> list[
                 lambda: [verifier.verify(*p, generator=generator) for p in pairs], args.repeats
             )
         arrays = flat_batch(pairs)
-        for name in BATCHED_KERNELS:
+        for name in batched_names():
             timings[f"batched_{name}"] = _median_us(_batched_call(name, arrays, length, False, "cpu"), args.repeats)
             if cuda:
                 call = _batched_call(name, arrays, length, False, "cuda")
@@ -168,29 +172,23 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         "rows": latency_rows(args, names, cuda, progress),
         "throughput": throughput_rows(args, cuda, progress),
     }
-    print(json.dumps(report))
+    emit_json(report, args.json)
     _print_tables(report, names)
-    if args.output:
-        with open(args.output, "w") as handle:
-            json.dump(report, handle, indent=1)
     return 0
 
 
 def _print_tables(report: dict, names: list[str]) -> None:
     cuda = report["cuda"] is not None
-    batched = list(BATCHED_KERNELS)
+    batched = batched_names()
     print("\nper-row verify: microseconds per call, validated / validate=False (speedup over the numpy loop)")
-    _table(["V", "L", "numpy sd loop"] + names, report["rows"], names, "")
+    print(_latency_table(["V", "L", "numpy sd loop"] + names, report["rows"], names, ""))
     print("\nbatched kernels, one row: microseconds per call, validated / validate=False (speedup over the numpy loop)")
-    _table(["V", "L", "numpy sd loop"] + [f"batched {n}" for n in batched], report["rows"], batched, "batched_")
+    print(_latency_table(["V", "L", "numpy sd loop"] + [f"batched {n}" for n in batched], report["rows"], batched, "batched_"))
     if cuda:
         print(f"\nbatched kernels on CUDA ({report['cuda']}), validate=False: microseconds per call")
-        header = ["V", "L"] + [f"{n} cuda" for n in batched]
-        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-        for row in report["rows"]:
-            cells = [str(row["vocab"]), str(row["draft_length"])]
-            cells += [f'{row[f"batched_{n}_cuda_novalidate_us"]:.0f}' for n in batched]
-            print("| " + " | ".join(cells) + " |")
+        print(table(["V", "L"] + [f"{n} cuda" for n in batched],
+                    [[str(row["vocab"]), str(row["draft_length"])] + [f'{row[f"batched_{n}_cuda_novalidate_us"]:.0f}' for n in batched]
+                     for row in report["rows"]]))
     else:
         print("\nCUDA: not available on this machine, CUDA columns skipped")
     first = report["throughput"][0] if report["throughput"] else None
@@ -198,18 +196,16 @@ def _print_tables(report: dict, names: list[str]) -> None:
         return
     print(f"\nthroughput at V = {first['vocab']}, L = {first['draft_length']}: rows per second (validate=False)")
     keys = [k[: -len("_rows_per_s")] for k in first if k.endswith("_rows_per_s")]
-    print("| B | " + " | ".join(k.replace("_", " ") for k in keys) + " |\n|" + "---|" * (len(keys) + 1))
-    for row in report["throughput"]:
-        print(f'| {row["batch"]} | ' + " | ".join(f'{row[f"{k}_rows_per_s"]:.0f}' for k in keys) + " |")
+    print(table(["B"] + [k.replace("_", " ") for k in keys],
+                [[str(row["batch"])] + [f'{row[f"{k}_rows_per_s"]:.0f}' for k in keys] for row in report["throughput"]]))
 
 
-def _table(header: list[str], rows: list[dict], names: list[str], prefix: str) -> None:
-    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for row in rows:
-        cells = [str(row["vocab"]), str(row["draft_length"]), f'{row["numpy_sd_loop_us"]:.0f}']
-        cells += [
+def _latency_table(header: list[str], rows: list[dict], names: list[str], prefix: str) -> str:
+    return table(header, [
+        [str(row["vocab"]), str(row["draft_length"]), f'{row["numpy_sd_loop_us"]:.0f}'] + [
             f'{row[f"{prefix}{n}_us"]:.0f} / {row[f"{prefix}{n}_novalidate_us"]:.0f} '
             f'({row[f"{prefix}{n}_novalidate_speedup_vs_numpy"]:.1f}x)'
             for n in names
         ]
-        print("| " + " | ".join(cells) + " |")
+        for row in rows
+    ])

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, check, demo, generate, list_verifiers, sprinter, theory, train_pair
+from . import bench, check, conform, demo, generate, list_verifiers, sprinter, theory, train_draft, train_pair
 from ._command import Command, CommandError
 from ._progress import Settings
 
@@ -49,10 +49,12 @@ def _top_level(
 
 app.command("demo", cls=Command)(demo.demo)
 app.command("check", cls=Command)(check.check)
+app.command("conform", cls=Command)(conform.conform)
 app.command("list", cls=Command)(list_verifiers.list_verifiers)
 app.command("generate", cls=Command)(generate.generate)
 app.add_typer(bench.app, name="bench")
 app.command("train-pair", cls=Command)(train_pair.train_pair)
+app.command("train-draft", cls=Command)(train_draft.train_draft)
 app.add_typer(theory.app, name="theory")
 app.add_typer(sprinter.app, name="sprinter")
 
@@ -68,5 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         context = getattr(error, "ctx", None)
         path = context.command_path if context is not None else "draftverify"
         message, code = error.format_message(), error.exit_code
+        if not message.strip():  # no command given: the help is already printed, and says it all
+            return code
     print(f"{path}: error: {' '.join(message.split())}", file=sys.stderr)
     return code

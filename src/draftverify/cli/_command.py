@@ -32,7 +32,6 @@ MANY = "..."
 # library argument names -> the parameter of a command that carries them when the command has no
 # parameter of the library's name (draft_length is --draft-length wherever it exists)
 _LIBRARY_NAMES = {
-    "num_drafts": "drafts",
     "num_tokens": "tokens",
     "vocab_size": "vocab",
     "cost_ratio": "rho",

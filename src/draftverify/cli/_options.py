@@ -8,40 +8,52 @@ from typing import Annotated
 
 import typer
 
+from ..engine.config import GREEDY  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 from ..verify import MethodSpec, parse_method, typed_options
-from ..verify.base import _REGISTRY, _ensure_loaded
 
 __all__ = ["GREEDY", "DraftFolder", "JsonFile", "OptionItems", "Seed", "TargetFolder", "method_from_args"]
 
-GREEDY = "greedy"  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 
-Seed = Annotated[int, typer.Option(help="Random seed.")]
+Seed = Annotated[int, typer.Option(min=0, max=2**64 - 1, help="Random seed, an int in [0, 2**64 - 1].")]
 OptionItems = Annotated[list[str], typer.Option(
     metavar="KEY=VALUE", show_default=False,
     help="A verifier option, as inside the method's parentheses, e.g. --option fraction=0.5 (repeatable).")]
-TargetFolder = Annotated[str | None, typer.Option(help="Target model folder.", show_default="the embedded pair")]
-DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the embedded pair")]
+TargetFolder = Annotated[str | None, typer.Option(help="Target: 'smollm2' (the default pair), 'tiny' (the embedded 7M pair), a .gguf file or a local transformers folder.", show_default="smollm2")]
+DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the named target's own draft")]
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 
 
-def method_from_args(method: str, option_items: list[str]) -> MethodSpec:
-    """``--method`` and its ``--option KEY=VALUE`` items as one :class:`MethodSpec`.
+def method_from_args(
+    method: str,
+    option_items: list[tuple[str, str]],
+    *,
+    num_drafts: int | None = None,
+    draft_length: int | None = None,
+    draft: str | None = None,
+) -> MethodSpec:
+    """``--method`` with its option flags and the decoding flags as one :class:`MethodSpec`.
 
-    A verifier that takes a ``classifier`` (SPRINTER) gets the one named by its option loaded by
-    :func:`draftverify.approx.load_classifier` (the embedded pair's when none is given).
+    ``option_items`` are ``(flag, "KEY=VALUE")`` pairs (``("--option", "fraction=0.5")``). A
+    setting written both in the method and by a flag must agree, else a ``ValueError`` names both:
+    an option in the parentheses and an option flag, K and ``--num-drafts``, L and
+    ``--draft-length``, ``@draft`` and ``--draft``; so must an option given by two flags.
     """
     spec = parse_method(method)
-    pairs = []
-    for item in option_items:
-        key, sep, value = item.partition("=")
+    options, given_by = dict(spec.options), {key: repr(method) for key in spec.options}
+    for flag, item in option_items:
+        key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not key:
             raise ValueError(f"option {item!r} is not KEY=VALUE")
-        pairs.append((key.strip(), value.strip()))
-    options = {**spec.options, **typed_options(spec.name, pairs)}
-    _ensure_loaded()
-    cls = _REGISTRY.get(spec.name)
-    if cls is not None and "classifier" in {f.name for f in dataclasses.fields(cls)}:
-        from ..approx.load import load_classifier
-
-        options["classifier"] = load_classifier(options.get("classifier"))
-    return dataclasses.replace(spec, options=options)
+        typed = typed_options(spec.name, [(key, value)])[key]
+        if key in options and options[key] != typed:
+            raise ValueError(f"{given_by[key]} sets {key}={options[key]} but {flag} sets {key}={value}: give it once")
+        options[key], given_by[key] = typed, flag
+    settings = {}
+    for attr, flag, key, given in (("num_drafts", "--num-drafts", "K", num_drafts),
+                                   ("draft_length", "--draft-length", "L", draft_length), ("draft", "--draft", "@", draft)):
+        written = getattr(spec, attr)
+        if written is not None and given is not None and written != given:
+            shown = f"@{written}" if key == "@" else f"{key}={written}"
+            raise ValueError(f"method {method!r} sets {shown} but {flag} {given} was given: give it once")
+        settings[attr] = written if written is not None else given
+    return dataclasses.replace(spec, options=options, **settings)

@@ -1,8 +1,14 @@
-"""`draftverify check NAME`: the exactness checker on a seeded known-law Markov pair."""
+"""`draftverify check NAME`: the exactness checker on a seeded known-law Markov pair.
+
+Exit codes: 0 passed, 1 failed (the decoded law is not the target's), 3 inconclusive (the test
+cannot judge at these settings: more samples or fewer tokens), 2 bad input (as every command).
+"""
 
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,15 +16,17 @@ import typer
 from ._options import GREEDY, OptionItems, Seed, method_from_args
 from ._progress import progress_bar
 
-__all__ = ["check"]
+__all__ = ["check", "EXIT_CODES"]
+
+EXIT_CODES = {"passed": 0, "failed": 1, "inconclusive": 3}  # 2 is bad input, as in every command
 
 
 def check(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="A verifier (see `draftverify list`), with options in "
                                         "parentheses, e.g. sd or submaximal(fraction=0.5).")],
-    drafts: Annotated[int, typer.Option(min=1, help="K, the number of i.i.d. drafts.")] = 1,
-    draft_length: Annotated[int, typer.Option(min=1, help="L, tokens per draft.")] = 2,
+    num_drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
+    draft_length: Annotated[int | None, typer.Option(min=1, help="L, tokens per draft.", show_default="2")] = None,
     samples: Annotated[int, typer.Option(min=1, help="Decoded sequences.")] = 20000,
     tokens: Annotated[int, typer.Option(min=1, help="N, the length of the law tested.")] = 4,
     vocab: Annotated[int, typer.Option(min=2, help="Vocabulary of the Markov pair.")] = 4,
@@ -27,17 +35,27 @@ def check(
     option: OptionItems = [],
     fraction: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Shorthand for --option fraction=... (submaximal).", show_default="unset")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    detect_tv: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Pass only if the test detects any law this far (total variation) from the target.")] = 0.1,
+    json_file: Annotated[str | None, typer.Option(
+        "--json", metavar="FILE", help="Also write the report as JSON to this file ('-': print it instead of the text).",
+        show_default="none")] = None,
 ) -> int:
     """Decode many sequences from a known-law model through a verifier and test their law.
 
     The p-value is a chi-square test of the law of the first N decoded tokens against the
-    target's exact law: a correct verifier gives p spread uniformly on 0..1.
+    target's exact law: a correct verifier gives p spread uniformly on 0..1. A test that cannot
+    judge (no degree of freedom, or unable to see a law --detect-tv from the target) is
+    inconclusive, never passed. Exit code 0 passed, 1 failed, 3 inconclusive, 2 bad input.
     """
     from ..testing import check_exactness, random_pair
     from ..verify import get_verifier
 
-    method = method_from_args(name, option + ([f"fraction={fraction}"] if fraction is not None else []))
+    items = [("--option", item) for item in option] + ([("--fraction", f"fraction={fraction}")] if fraction is not None else [])
+    method = method_from_args(name, items, num_drafts=num_drafts, draft_length=draft_length)
+    if method.draft is not None:
+        raise ValueError(f"{name!r} names a draft model (@{method.draft}), but the checker drafts from its known-law "
+                         "pair: drop the @ (a model's draft is for generate and bench)")
     if method.name == GREEDY:
         raise ValueError("greedy is exact for temperature-0 (argmax) decoding, and the checker samples the "
                          "known-law pair at temperature 1, where greedy's output is the argmax path, not the "
@@ -47,18 +65,24 @@ def check(
     with progress_bar(ctx) as progress:
         task = progress.add_task(f"sequences through {name}", total=samples)
         report = check_exactness(
-            verifier, pair, num_drafts=drafts if method.num_drafts is None else method.num_drafts,
-            draft_length=draft_length if method.draft_length is None else method.draft_length,
-            num_tokens=tokens, samples=samples, seed=seed, on_sample=lambda: progress.advance(task),
+            verifier, pair, num_drafts=method.num_drafts or 1, draft_length=method.draft_length or 2,
+            num_tokens=tokens, samples=samples, seed=seed, detect_tv=detect_tv, on_sample=lambda: progress.advance(task),
         )
-    if as_json:
-        print(json.dumps({"verifier": name, "options": method.options, **report.__dict__}))
+    fields = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in report.__dict__.items()}
+    record = json.dumps({"verifier": name, "options": method.options, **fields})
+    if json_file is not None and json_file != "-":
+        Path(json_file).write_text(record + "\n")
+    if json_file == "-":
+        print(record)
     else:
         print(f"verifier         {name} {method.options or ''}".rstrip())
         print(f"drafts x length  {report.num_drafts} x {report.draft_length}; law of the first {report.num_tokens} tokens")
         print(f"samples          {report.samples}")
         print(f"p-value          {report.p_value:.4g}  (chi2 {report.chi2:.1f}, dof {report.dof})")
-        print(f"TV to target     {report.tv:.4f}")
+        print(f"TV to target     {report.tv:.4f}  (empirical)")
+        print(f"detectable TV    {report.detectable_tv:.4f}  (power 0.9 at p <= {report.threshold:g}; "
+              f"needed {report.detect_tv:g})")
         print(f"accepted / call  {report.mean_accepted:.3f}")
         print(f"tokens / call    {report.tokens_per_call:.3f}")
-    return 0
+        print(f"result           {report.status}: {report.reason}")
+    return EXIT_CODES[report.status]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Annotated
@@ -10,7 +11,7 @@ import typer
 
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from ._command import above, quiet_transformers
-from ._options import GREEDY, OptionItems, Seed, method_from_args
+from ._options import OptionItems, Seed, TargetFolder, method_from_args
 
 __all__ = ["generate"]
 
@@ -19,7 +20,7 @@ def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text.")],
     method: Annotated[str, typer.Option(help="'ar' or a verifier (see `draftverify list`), e.g. bv, "
                                         "ot(solver=gr,tol=1e-4), kseq(K=4).")] = "bv",
-    drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
+    num_drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
     draft_length: Annotated[int | None, typer.Option(min=1, help="L, tokens per draft.", show_default="4")] = None,
     option: OptionItems = [],
     temperature: Annotated[float | None, typer.Option(
@@ -33,42 +34,43 @@ def generate(
     stop: Annotated[list[str], typer.Option(metavar="TEXT", help="A stop string (repeatable).",
                                             show_default="none")] = [],
     seed: Seed = 0,
-    target: Annotated[str | None, typer.Option(help="Target model folder or hub id.",
-                                               show_default="the embedded pair")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model folder, hub id, or 'ngram'.",
-                                              show_default="the embedded pair")] = None,
+    target: TargetFolder = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model folder (a local transformers model), or 'ngram' "
+                                              "with --target tiny.", show_default="the named target's own draft")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder, e.g. the tokenizer/ of a train-pair "
+                                                  "output.", show_default="the target's folder")] = None,
+    chat: Annotated[bool | None, typer.Option("--chat/--no-chat", help="Send the prompt as a user message in the "
+                                              "tokenizer's chat template.", show_default="on when the tokenizer has one")] = None,
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also time plain target sampling and "
                                              "report the speedup.")] = False,
 ) -> int:
-    """Generate text with draft-then-verify decoding (default: the embedded model pair)."""
+    """Generate text with draft-then-verify decoding (default: SmolLM2-135M-Instruct and its draft)."""
     if not prompt.strip():
         raise ValueError("the prompt is empty")
-    method_spec = method_from_args(method, option)
-    temperature = _temperature(method_spec.name, temperature)
+    method_spec = method_from_args(method, [("--option", item) for item in option], num_drafts=num_drafts,
+                                   draft_length=draft_length, draft=draft)
     quiet_transformers()
-    from ..engine import DecodeConfig, Decoder
+    from ..engine import AR, DecodeConfig, Decoder
     from ..engine.generate import generate as generate_with
+    from ..models.chat import encode_prompt, has_chat_template
     from ..models.pair import load_pair
 
-    settings = dict(
-        temperature=temperature, top_k=top_k, top_p=top_p,
-        max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed,
-    )
-    config = DecodeConfig(method_spec.name, num_drafts=drafts if method_spec.num_drafts is None else method_spec.num_drafts,
-                          draft_length=draft_length if method_spec.draft_length is None else method_spec.draft_length,
-                          options=method_spec.options, **settings)  # bad options fail before loading
-    pair = load_pair(target, draft or method_spec.draft)
-    prompt_ids = pair.tokenizer.encode(prompt)
+    settings = dict(top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed)
+    # the method parsed once, above (with --num-drafts, --draft-length, --draft); bad options fail before loading
+    config = DecodeConfig(dataclasses.replace(method_spec, draft=None), temperature=temperature, **settings)
+    pair = load_pair(target, method_spec.draft, tokenizer=tokenizer)
+    prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
     draft_model = pair.draft if config.speculative else None
-    Decoder(pair.target, draft_model, [prompt_ids], config)  # validates prompt and vocabularies up front
-    # warm-up (one-time allocations), not timed
-    generate_with(pair.target, pair.draft, prompt_ids, "ar", max_new_tokens=2)
-
-    sys.stdout.write(prompt)
-    sys.stdout.flush()
+    # validates the prompt, the vocabularies, the stop strings and the context up front
     decoder = Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)
+    # warm-up of both models (one-time allocations and weight packing), not timed: tokens/s counts decoding only
+    generate_with(pair.target, draft_model, prompt_ids, "sd" if draft_model else AR, max_new_tokens=2,
+                  **({"draft_length": 2} if draft_model else {}))
+
+    sys.stdout.write(prompt + ("\n\n" if chat is not False and has_chat_template(pair.tokenizer) else ""))
+    sys.stdout.flush()
     start, shown, steps = time.perf_counter(), "", []
     while not decoder.done:
         steps.extend(row.stats for row in decoder.step())
@@ -86,20 +88,9 @@ def generate(
         acceptance = pooled_acceptance(accepted, rejected_tests((s.accepted for s in steps), config.length)) or 0.0
         footer.insert(1, f"acceptance {acceptance:.2f} (K={config.drafts}, L={config.length})")
     if compare_ar:
-        ar = generate_with(pair.target, None, prompt_ids, "ar", tokenizer=pair.tokenizer, **settings)
+        ar = generate_with(pair.target, None, prompt_ids, AR, tokenizer=pair.tokenizer, temperature=config.temperature,
+                           **settings)
         footer.append(f"ar {ar.tokens_per_second:.1f} tokens/s -> speedup {num_tokens / seconds / ar.tokens_per_second:.2f}x")
     print("\n\n-- " + " | ".join(footer))
     return 0
-
-
-def _temperature(method: str, given: float | None) -> float:
-    """The temperature to decode at: ``greedy`` accepts a drafted token only where it is the target's
-    argmax, which is exact for temperature 0 alone; at any other temperature its output would still
-    be the argmax and its acceptance would count argmax matches of sampled drafts."""
-    if method != GREEDY:
-        return 1.0 if given is None else given
-    if given not in (None, 0.0):
-        raise ValueError(f"--method greedy decodes at temperature 0 (it keeps the target's argmax), "
-                         f"got --temperature {given:g}: drop --temperature or pass 0, or sample with --method sd")
-    return 0.0
 

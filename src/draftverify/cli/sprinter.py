@@ -19,9 +19,9 @@ _DOCS = Path("docs")
 
 app = typer.Typer(help="SPRINTER (approximate, seed 003): train its classifier, report its cost.")
 
-Target = Annotated[str | None, typer.Option(help="Target model folder.", show_default="the embedded pair")]
+Target = Annotated[str | None, typer.Option(help="Target model folder, or 'tiny'.", show_default="tiny (the shipped classifier's pair)")]
 Draft = Annotated[str | None, typer.Option(help="Draft model folder (a transformers model).",
-                                           show_default="the embedded pair")]
+                                           show_default="the tiny pair's draft")]
 MaxNewTokens = Annotated[int, typer.Option(min=1, help="Tokens generated per prompt.")]
 
 
@@ -30,14 +30,14 @@ def train(
     ctx: typer.Context,
     target: Target = None,
     draft: Draft = None,
-    output: Annotated[str | None, typer.Option(help="Classifier folder.",
-                                               show_default="the embedded pair's sprinter/")] = None,
+    output: Annotated[str, typer.Option(help="Folder the classifiers are written to (use it with --method sprinter "
+                                        "--option classifier=DIR).")] = "sprinter-classifier",
     sequences_per_kind: Annotated[int, typer.Option(min=1, help="Sequences per prefix kind.")] = 48,
     prefix_length: Annotated[int, typer.Option(min=1, help="Tokens of each prefix.")] = 64,
     positions: Annotated[int, typer.Option(min=1, help="Drafted tokens recorded per sequence.")] = 32,
     files: Annotated[int, typer.Option(min=1, help="Corpus files to draw prefixes from.")] = 120,
     default_lambda: Annotated[float, typer.Option(help="The lambda of the shipped classifier.json.")] = 1.2,
-    figure: Annotated[str, typer.Option(help="ROC figure (PNG).")] = str(_DOCS / "img" / "sprinter_roc.png"),
+    figure: Annotated[str | None, typer.Option(help="ROC figure (PNG).", show_default="OUTPUT/roc.png")] = None,
     data: Annotated[str | None, typer.Option(help="Cache of the collected data (.npz): loaded if it exists, "
                                              "else written.", show_default="no cache")] = None,
     seed: Seed = 0,
@@ -46,14 +46,14 @@ def train(
     import torch
 
     from ..approx.data import SprinterData, collect
-    from ..approx.load import DEFAULT_CLASSIFIER
     from ..approx.train import TrainSettings, corpus_documents, plot_roc, train_all
     from ..models.hidden import HiddenStateTap, draft_fingerprint
 
     settings = TrainSettings(sequences_per_kind=sequences_per_kind, prefix_length=prefix_length,
                              positions=positions, files=files, default_lambda=default_lambda, seed=seed)
     pair = _load(target, draft)
-    folder = Path(output) if output else DEFAULT_CLASSIFIER.parent
+    folder = Path(output)
+    figure = figure or str(folder / "roc.png")
     torch.set_num_threads(min(2, torch.get_num_threads()))
     with progress_bar(ctx) as progress:
         task = progress.add_task("collecting drafted tokens", total=None)
@@ -83,7 +83,7 @@ def report(
     target: Target = None,
     draft: Draft = None,
     classifier: Annotated[str | None, typer.Option(help="A saved classifier.", show_default="the shipped one")] = None,
-    prompts: Annotated[int, typer.Option(min=1, help="HumanEval prompts.")] = 20,
+    num_prompts: Annotated[int, typer.Option(min=1, help="The first N HumanEval prompts.")] = 20,
     max_new_tokens: MaxNewTokens = 48,
     thresholds: Annotated[list[float] | None, typer.Option(
         min=0.0, max=1.0, metavar="TAU...", help="Decision thresholds tau of the classifier.",
@@ -95,16 +95,15 @@ def report(
     seed: Seed = 0,
 ) -> int:
     """Speed, deviation and quality of sprinter against sd and ar (docs/results/sprinter.md)."""
-    from ..approx.load import DEFAULT_CLASSIFIER
     from ..approx.render import write_report
     from ..approx.report import ReportSettings, run_report
 
-    settings = ReportSettings(prompts=prompts, max_new_tokens=max_new_tokens,
+    settings = ReportSettings(prompts=num_prompts, max_new_tokens=max_new_tokens,
                               thresholds=tuple(thresholds) if thresholds else None,
                               draft_length=draft_length, sprinter_cap=sprinter_cap, seed=seed)
     pair = _load(target, draft)
     with progress_bar(ctx) as progress:
-        task = progress.add_task("sprinter, sd and ar on the prompts", total=prompts)
+        task = progress.add_task("sprinter, sd and ar on the prompts", total=num_prompts)
 
         def prompt_done(line: str) -> None:  # the bar counts prompts; without a bar the lines print
             progress.advance(task)
@@ -113,7 +112,7 @@ def report(
 
         result = run_report(pair, settings, classifier=classifier, log=prompt_done)
     embedded = target is None and draft is None
-    result["pair"] = "the embedded pair" if embedded else f"target {target or 'embedded'}, draft {draft or 'embedded'}"
+    result["pair"] = "the tiny pair" if embedded else f"target {target or 'tiny'}, draft {draft or 'its own'}"
     result["classifier"] = classifier or "the one shipped with the embedded pair"
     roc_path = (Path(classifier).parent if classifier else DEFAULT_CLASSIFIER.parent) / "roc.json"
     roc = json.loads(roc_path.read_text()) if roc_path.exists() else None
@@ -128,7 +127,7 @@ def _load(target: str | None, draft: str | None):
     quiet_transformers()
     from ..models.pair import load_pair
 
-    pair = load_pair(target, draft)
+    pair = load_pair(target or "tiny", draft)  # the shipped classifier reads the tiny pair's draft
     if pair.draft_name == "ngram":
         raise ValueError("SPRINTER's classifier reads the draft's hidden state: use a transformers draft")
     return pair

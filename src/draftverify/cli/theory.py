@@ -13,6 +13,7 @@ import typer
 from typer.models import OptionInfo
 
 from .. import theory
+from ..tables import table
 from ._command import Command, above, below
 
 __all__ = ["app"]
@@ -47,10 +48,7 @@ def _cell(value) -> str:
 
 
 def _print_table(header: list[str], rows: list[list]) -> None:
-    cells = [header] + [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+    print(table(header, [[_cell(v) for v in row] for row in rows], markdown=False))
 
 
 def _figure():
@@ -169,14 +167,14 @@ def temperature(
 def kseq(
     target: Annotated[np.ndarray | None, _law("The target law.", "0.9,0.1")] = None,
     draft: Annotated[np.ndarray | None, _law("The draft law.", "0.5,0.5")] = None,
-    drafts: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Numbers of i.i.d. drafts K.")] = [1, 2, 4],
+    num_drafts: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Numbers of i.i.d. drafts K.")] = [1, 2, 4],
 ) -> int:
     """K-SEQ, alpha* and SpecTr-GBV's claim for K i.i.d. drafts at one position."""
     target = np.array([0.9, 0.1]) if target is None else target
     draft = np.array([0.5, 0.5]) if draft is None else draft
     _same_size(target, draft)
     rows = []
-    for k in drafts:
+    for k in num_drafts:
         values = theory.multidraft_acceptance(target, draft, k)
         rho = float(theory.kseq_rho(target, draft, k))
         rows.append([k, rho, values.kseq, values.optimal, values.kseq_guarantee, values.spectr_gbv_claim])

@@ -16,14 +16,16 @@ from ._progress import progress_bar
 
 __all__ = ["train_pair"]
 
-_ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"
+OUTPUT = Path("draftverify-pair")  # the default output, in the current folder (never the installed package)
 MINUTES = 60.0  # the default wall-clock budget of the joint training phase
 
 
 def train_pair(
     ctx: typer.Context,
     output: Annotated[Path | None, typer.Option(
-        help="Where the pair is written.", show_default=f"{_ASSETS}; with --quick a folder under --workdir")] = None,
+        help="Folder the pair is written to (target/, draft/, ngram/, tokenizer/; use it with generate --target "
+        "DIR/target --draft DIR/draft --tokenizer DIR/tokenizer).",
+        show_default=f"./{OUTPUT}; with --quick a folder under --workdir")] = None,
     workdir: Annotated[Path | None, typer.Option(
         help="Token streams, checkpoints and unshipped models; rerunning resumes from it.",
         show_default="a folder in the temporary directory")] = None,
@@ -40,7 +42,7 @@ def train_pair(
     quick: Annotated[bool, typer.Option("--quick", help="A tiny smoke run: a few files, tiny models, a few steps "
                                         "(seconds).")] = False,
 ) -> int:
-    """Train the embedded target/draft/n-gram pair."""
+    """Train a target/draft/n-gram pair as the embedded one was trained."""
     from ..train.distill import DistillConfig
     from ..train.lm import ModelShape, TrainConfig
     from ..train.pipeline import PipelineConfig, run as run_pipeline
@@ -66,7 +68,7 @@ def train_pair(
         distill = (None if distill_steps is None
                    else DistillConfig(steps=distill_steps, seed=seed))
         config = PipelineConfig(train=train, distill=distill, command=command)
-        output = output or _ASSETS
+        output = output or OUTPUT
     with progress_bar(ctx) as progress:
         task = progress.add_task("training the pair", total=None)
 

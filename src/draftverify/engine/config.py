@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..probs import warp
-from ..verify import Verifier, get_verifier, parse_method
+from ..verify import MethodSpec, Verifier, get_verifier, parse_method
 
-__all__ = ["DecodeConfig", "AR"]
+__all__ = ["DecodeConfig", "AR", "GREEDY", "SEED_RANGE"]
 
 AR = "ar"  # plain autoregressive sampling from the target: the baseline every method is compared with
+GREEDY = "greedy"  # the verifier of temperature-0 decoding: it keeps the target's argmax
+SEED_RANGE = (0, 2**64 - 1)  # what torch.Generator.manual_seed and numpy's default_rng both take
 
 
 @dataclass(frozen=True)
@@ -22,14 +25,18 @@ class DecodeConfig:
     more of its options, and after construction ``method`` is the bare name with every option in
     ``options``); ``num_drafts`` (K) and ``draft_length`` (L) default to 1 and 4 for verifiers and must
     stay None for ``ar``. The same warping (temperature, top-k, top-p) is applied to draft and
-    target: verifiers are exact for the warped target. ``method`` may also be a ``Verifier``
-    instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
+    target: verifiers are exact for the warped target. ``temperature`` unset is 1, and 0 for
+    ``greedy``, which decodes at temperature 0 only (it keeps the target's argmax; at any other
+    temperature its output would still be the argmax, not the target's law), so ``greedy`` with a
+    temperature other than 0 is an error. ``method`` may also be a
+    :class:`~draftverify.verify.MethodSpec` a caller parsed already (the CLI: the method is parsed
+    once, at the boundary) or a ``Verifier`` instance (e.g. an unregistered one under test). ``ignore_eos`` decodes through EOS (as vLLM's
     option of that name), so benchmarks generate exactly ``max_new_tokens``."""
 
-    method: str | Verifier = "sd"
+    method: str | MethodSpec | Verifier = "sd"
     num_drafts: int | None = None
     draft_length: int | None = None
-    temperature: float = 1.0
+    temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
     max_new_tokens: int = 64
@@ -39,8 +46,12 @@ class DecodeConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.method, str):
-            self._read_method(self.method)
+        if not isinstance(self.method, Verifier):
+            self._read_method(self.method if isinstance(self.method, MethodSpec) else parse_method(self.method))
+        self._resolve_temperature()
+        if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool) \
+                or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed must be an int in [{SEED_RANGE[0]}, 2**64 - 1], got {self.seed!r}")
         warp(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)  # raises on bad warping options
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
@@ -61,20 +72,29 @@ class DecodeConfig:
         if self.drafts > 1 and not verifier.multi_draft:
             raise ValueError(f"verifier {self.name!r} takes one draft; num_drafts = {self.drafts} needs a multi-draft verifier")
 
-    def _read_method(self, text: str) -> None:
-        """Split a method written in the grammar into name, options, K and L (frozen: set once here)."""
-        spec = parse_method(text)
+    def _resolve_temperature(self) -> None:
+        """Set an unset temperature (1; 0 for greedy) and refuse greedy at any other temperature."""
+        greedy = self.name == GREEDY
+        if self.temperature is None:
+            object.__setattr__(self, "temperature", 0.0 if greedy else 1.0)
+        elif greedy and self.temperature != 0:
+            raise ValueError(f"method greedy decodes at temperature 0 (it keeps the target's argmax), got "
+                             f"temperature {self.temperature!r}: leave temperature unset or 0, or sample with "
+                             "another method such as sd")
+
+    def _read_method(self, spec: MethodSpec) -> None:
+        """Take name, options, K and L from a parsed method (frozen: set once here)."""
         if spec.draft is not None:
-            raise ValueError(f"method {text!r}: the draft model is passed to the engine, not named with @")
+            raise ValueError(f"method {str(spec)!r}: the draft model is passed to the engine, not named with @")
         for attr in ("num_drafts", "draft_length"):
             written, given = getattr(spec, attr), getattr(self, attr)
             if written is not None and given is not None and written != given:
-                raise ValueError(f"method {text!r} sets {attr} = {written} but {attr} = {given} was passed")
+                raise ValueError(f"method {str(spec)!r} sets {attr} = {written} but {attr} = {given} was passed")
             if written is not None:
                 object.__setattr__(self, attr, written)
         clash = sorted(k for k in set(spec.options) & set(self.options) if spec.options[k] != self.options[k])
         if clash:
-            raise ValueError(f"method {text!r} and options disagree on {', '.join(clash)}")
+            raise ValueError(f"method {str(spec)!r} and options disagree on {', '.join(clash)}")
         object.__setattr__(self, "method", spec.name)
         object.__setattr__(self, "options", {**spec.options, **self.options})
 

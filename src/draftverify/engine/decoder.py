@@ -1,59 +1,43 @@
-"""The decoding loop: draft -> score -> verify -> commit -> crop, for a batch of prompts.
+"""The decoder: the state of a batch of prompts between steps, and the commit that ends each step.
 
-One speculative step for R active prompts, K drafts of length L:
+A :class:`Decoder` holds, for R active prompts, the committed tokens, one cache per model (row r
+of each cache is active prompt r) and each prompt's verifier state. A step (:mod:`.step` for
+``ar`` and the ``parallel`` verifiers, :mod:`.gated` for SPRINTER, chosen by the verifier's
+``strategy`` trait) drafts, scores and verifies through the decoder's helpers and ends in
+:meth:`Decoder.commit`, the one place that cuts (EOS, stop strings, the length limit), appends,
+drops finished prompts and crops both caches.
 
-1. draft: replicate each prompt's draft cache K times; feed the tokens it has not seen (1, or 2
-   after a fully accepted draft), then L - 1 drafted tokens, one batched forward per position for
-   all R K rows; sample each row's next token from the warped draft distribution;
-2. target: score the pending token plus the L drafted tokens of all K drafts in one forward
-   (``score_drafts``: K replicated rows, or one row with a tree mask on transformers):
-   warped target conditionals ``[R K, L + 1, V]``;
-3. verify each prompt's K rows (``state`` passed from step to step), cut at EOS / stop / limit,
-   commit; with one draft, several prompts and a verifier that has a batched kernel (``sd``,
-   ``submaximal``, ``greedy``, ``bv``: :data:`draftverify.verify.batched.BATCHED_KERNELS`), all
-   rows in one :func:`~draftverify.verify.batched.verify_batch` call instead, which commits
-   exactly what the per-row calls would (same uniforms, same float operations);
-4. keep the chosen draft of each unfinished prompt (``keep_draft`` for the target) and crop both
-   caches to the committed length: the target holds every committed token but the last, the
-   draft as many as it saw.
+Cache lengths have one account, ``Cache.held``: a cache holds a prefix of its prompt's committed
+tokens, the target's all of them but the last (checked by :meth:`Decoder.check_caches`). The
+tokens a cache has not seen are ``committed[len(held):]`` (:meth:`Decoder.pending`).
 
-That is the ``parallel`` step; a verifier declares which step it needs in its ``strategy`` trait
-(:data:`draftverify.verify.STRATEGIES`): ``gated`` verifiers (SPRINTER) draft until their classifier
-says "no" and call the target once (:mod:`.gated`). ``ar`` samples the target alone.
-
-Invariant (checked by :meth:`Decoder.check_caches`): each cache row holds a prefix of its
-prompt's committed tokens; the target's is all but the last one.
+Near the end of the context the draft is shortened so that the target's forward fits
+(:meth:`Decoder.draft_length`); a prompt that still has no room finishes with reason
+``"context"``, keeping what it committed.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from ..models.base import Cache, LanguageModel
+from ..models.hidden import HiddenStateTap
 from ..probs import warp
 from ..rng import sample
-from ..verify.batched import BATCHED_KERNELS, verify_batch
 from .config import DecodeConfig
 from .gated import gated_step
-from .pending import pending_count, pending_tokens
+from .pending import pending_tokens
 from .stats import StepStats
+from .step import ar_step, speculative_step
 from .stopping import Stopper
 
-__all__ = ["Decoder", "RowStep"]
-
-
-@dataclass(frozen=True)
-class _Verified:
-    """What verification decided for one prompt: its committed tokens (accepted draft prefix, then
-    the correction or bonus token), how many were accepted, and which of its K drafts they came from."""
-
-    tokens: list[int]
-    num_accepted: int
-    draft_index: int
+__all__ = ["Decoder", "RowStep", "context_length"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +48,12 @@ class RowStep:
     tokens: list[int]
     stats: StepStats
     finish_reason: str | None
+
+
+def context_length(*models: LanguageModel | None) -> int | None:
+    """The longest sequence every one of ``models`` can take (None: no limit)."""
+    limits = [m.max_length for m in models if m is not None and m.max_length is not None]
+    return min(limits) if limits else None
 
 
 class Decoder:
@@ -94,10 +84,15 @@ class Decoder:
                     f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
                     f"({target.vocab_size}); draft and target must share one tokenizer"
                 )
+        self.context = context_length(target, draft if config.speculative else None)
+        longest = max(len(p) for p in prompts)
+        if self.context is not None and longest + config.max_new_tokens > self.context:
+            raise ValueError(
+                f"max_new_tokens: a prompt of {longest} tokens + max_new_tokens = {config.max_new_tokens} "
+                f"exceeds the model's context of {self.context} tokens; give at most {self.context - longest}"
+            )
         self.target, self.draft, self.config = target, draft, config
         self.verifier = config.verifier() if config.speculative else None
-        # a registered verifier named in the grammar (not an instance under test) with one draft
-        self.batched = config.drafts == 1 and isinstance(config.method, str) and config.name in BATCHED_KERNELS
         eos = target.eos_token_id if eos_token_id is None else eos_token_id
         self.stopper = Stopper(config.max_new_tokens, None if config.ignore_eos else eos, config.stop, tokenizer)
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -106,9 +101,7 @@ class Decoder:
         self.states: list[Any] = [None] * len(prompts)
         self.active = list(range(len(prompts)))  # the prompt of each cache row
         self.target_cache = target.new_cache(len(prompts))
-        self.target_held = [0] * len(prompts)
         self.draft_cache = draft.new_cache(len(prompts)) if config.speculative else None
-        self.draft_held = [0] * len(prompts)
 
     @property
     def done(self) -> bool:
@@ -121,153 +114,105 @@ class Decoder:
         """One decoding step for every active prompt."""
         if self.done:
             raise ValueError("decoding is finished")
+        full = [self.context is not None and len(self.committed[p]) >= self.context for p in self.active]
+        if any(full):  # no room for one more token: those prompts end, keeping what they committed
+            return self.commit([[] for _ in self.active], None, [_NOTHING] * len(self.active), full)
+        length = self.draft_length()
         if not self.config.speculative:
-            return self._ar_step()
-        return self._gated_step() if self.verifier.strategy == "gated" else self._parallel_step()
+            return ar_step(self)
+        return STEPS[self.verifier.strategy](self, length)
 
-    # --- the kinds of step ----------------------------------------------------------------------
-    def _ar_step(self) -> list[RowStep]:
-        cfg = self.config
-        start = time.perf_counter()
-        tokens, valid = pending_tokens(self.committed, self.target_held, self.active)
-        logits = self.target.forward(self.target_cache, tokens, valid, 1)[:, 0]  # [R, V]
-        probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-        sampled = sample(probs, self.generator).tolist()  # [R]
-        seconds = time.perf_counter() - start
-        stats = StepStats(drafted=0, verified=0, accepted=0, committed=1, draft_index=0, draft_calls=0,
-                          target_calls=1, draft_seconds=0.0, target_seconds=seconds, verify_seconds=0.0)
-        for p in self.active:
-            self.target_held[p] = len(self.committed[p])
-        return self._commit([[t] for t in sampled], [], [stats] * len(self.active))
+    # --- helpers of the steps ----------------------------------------------------------------------
+    def draft_length(self) -> int:
+        """L for this step: the configured one, shortened so that the target's forward over the
+        committed tokens and L drafted ones stays within the context (every active row has room)."""
+        length = self.config.length if self.config.speculative else 1
+        if self.context is None:
+            return length
+        return min(length, self.context - max(len(self.committed[p]) for p in self.active))
 
-    def _gated_step(self) -> list[RowStep]:
-        step = gated_step(self)
-        for r, p in enumerate(self.active):
-            self.draft_held[p], self.target_held[p] = step.draft_held[r], step.target_held[r]
-        return self._commit(step.tokens, list(range(len(self.active))), step.stats)
+    def pending(self, cache: Cache) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The committed tokens each row of ``cache`` has not seen, left-padded: ``[R, m]`` and the
+        valid mask (None when no row is padded)."""
+        return pending_tokens([self.committed[p] for p in self.active], cache.held)
 
-    def _parallel_step(self) -> list[RowStep]:
-        cfg, k, length = self.config, self.config.drafts, self.config.length
-        rows = len(self.active)
-        start = time.perf_counter()
-        chunk, valid = pending_tokens(self.committed, self.draft_held, self.active)
-        seen = [self.draft_held[p] + pending_count(chunk, valid, r) + length - 1 for r, p in enumerate(self.active)]
-        if k > 1:
-            expand = torch.arange(rows).repeat_interleave(k)  # [R K]: prompt row of each draft row
-            self.draft.reindex(self.draft_cache, expand)
-            chunk, valid = chunk[expand], None if valid is None else valid[expand]
-        draft_tokens = torch.empty(rows * k, length, dtype=torch.int64)  # [R K, L]
-        draft_probs = []
-        for i in range(length):
-            logits = self.draft.forward(self.draft_cache, chunk, valid, 1)[:, 0]  # [R K, V]
-            probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-            draft_probs.append(probs)
-            draft_tokens[:, i] = sample(probs, self.generator)
-            chunk, valid = draft_tokens[:, i : i + 1], None  # x_L itself is never fed to the draft
-        draft_done = time.perf_counter()
+    def warp(self, logits: torch.Tensor) -> torch.Tensor:
+        """The configured temperature, top-k and top-p, the same for draft and target: ``[..., V]``."""
+        return warp(logits, self.config.temperature, self.config.top_k, self.config.top_p)
 
-        pending, pending_valid = pending_tokens(self.committed, self.target_held, self.active)
-        logits = self.target.score_drafts(
-            self.target_cache, pending, pending_valid, draft_tokens.reshape(rows, k, length)
-        )  # [R, K, L + 1, V]
-        target_probs = warp(logits, cfg.temperature, cfg.top_k, cfg.top_p).flatten(0, 1)  # [R K, L + 1, V]
-        draft_stack = torch.stack(draft_probs, 1)  # [R K, L, V]
-        if draft_stack.dtype != target_probs.dtype:
-            draft_stack, target_probs = draft_stack.double(), target_probs.double()
-        target_done = time.perf_counter()
+    def draft_positions(
+        self, chunk: torch.Tensor, valid: torch.Tensor | None, tap: HiddenStateTap | None = None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+        """The draft loop: feed ``chunk`` [N, m], then each drafted token; per position yield the
+        warped draft law [N, V], the sampled tokens [N] and (with ``tap``) the last hidden state
+        [N, H]. A token is fed only when the caller asks for the next position."""
+        while True:
+            if tap is None:
+                logits, hidden = self.draft.forward(self.draft_cache, chunk, valid, 1)[:, 0], None  # [N, V]
+            else:
+                with tap:
+                    logits = self.draft.forward(self.draft_cache, chunk, valid, 1)[:, 0]
+                hidden = tap.last[:, -1]
+            probs = self.warp(logits)
+            tokens = sample(probs, self.generator)
+            yield probs, tokens, hidden
+            chunk, valid = tokens[:, None], None
 
-        if self.batched and rows > 1:
-            results = self._verify_batch(draft_tokens, draft_stack, target_probs)
-        else:
-            results = self._verify_rows(draft_tokens, draft_stack, target_probs)
-        verify_done = time.perf_counter()
+    def draft_block(self, chunk: torch.Tensor, valid: torch.Tensor | None, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``length`` drafted tokens per row of ``chunk`` [N, m]: tokens [N, L] and their warped
+        draft laws [N, L, V] (x_L itself is never fed to the draft)."""
+        positions = list(itertools.islice(self.draft_positions(chunk, valid), length))
+        return torch.stack([x for _, x, _ in positions], 1), torch.stack([probs for probs, _, _ in positions], 1)
 
-        stats = [
-            StepStats(drafted=k * length, verified=k * (length + 1), accepted=res.num_accepted, committed=0,
-                      draft_index=res.draft_index, draft_calls=length, target_calls=1,
-                      draft_seconds=draft_done - start, target_seconds=target_done - draft_done,
-                      verify_seconds=verify_done - target_done)
-            for res in results
-        ]
-        self.target.keep_draft(self.target_cache, [res.draft_index for res in results],
-                               [res.num_accepted for res in results])
-        for r, p in enumerate(self.active):
-            self.draft_held[p] = seen[r]
-            self.target_held[p] = len(self.committed[p]) + results[r].num_accepted
-        draft_rows = [r * k + res.draft_index for r, res in enumerate(results)]
-        return self._commit([res.tokens for res in results], draft_rows, stats)
-
-    def _verify_rows(self, draft_tokens, draft_probs, target_probs) -> list[_Verified]:
-        """Each prompt's K rows through the verifier (``[R K, L]``, ``[R K, L, V]``, ``[R K, L + 1, V]``)."""
-        k, results = self.config.drafts, []
-        drafted = draft_tokens.tolist()  # [R K][L]
-        arrays = (draft_tokens, draft_probs, target_probs)
-        for r, p in enumerate(self.active):
-            # one prompt: the arrays are its own, no slicing (each view is a tensor op in the loop)
-            rows = arrays if len(self.active) == 1 else [a[r * k : (r + 1) * k] for a in arrays]
-            result = self.verifier.verify_trusted(*rows, self.generator, self.states[p])
-            accepted = result.tokens[: result.num_accepted]
-            if accepted != drafted[r * k + result.draft_index][: result.num_accepted]:
-                raise ValueError(f"{self.config.name}: accepted tokens are not a prefix of draft {result.draft_index}")
-            self.states[p] = result.state
-            results.append(_Verified(result.tokens, result.num_accepted, result.draft_index))
-        return results
-
-    def _verify_batch(self, draft_tokens, draft_probs, target_probs) -> list[_Verified]:
-        """All rows (K = 1) in one batched call: ``[R, L]``, ``[R, L, V]``, ``[R, L + 1, V]``."""
-        rows, length = draft_tokens.shape
-        vocab = target_probs.shape[-1]
-        out = verify_batch(
-            self.config.name, draft_tokens.reshape(-1),
-            None if self.config.name == "greedy" else draft_probs.reshape(-1, vocab),
-            target_probs.reshape(-1, vocab), torch.arange(1, rows + 1) * length, generator=self.generator,
-            max_draft_len=length, fraction=getattr(self.verifier, "fraction", None), validate=self.verifier.validate,
-        )
-        return [_Verified(tokens[: n + 1], n, 0)
-                for tokens, n in zip(out.output_tokens.tolist(), out.num_accepted.tolist())]
-
-    # --- commit, drop finished rows, crop -------------------------------------------------------
-    def _commit(self, new_tokens: list[list[int]], draft_rows: list[int], stats: list[StepStats]) -> list[RowStep]:
-        """Cut and commit each row's tokens; drop finished prompts; keep draft row ``draft_rows[r]``
-        of active prompt r (the target cache has one row per active prompt); crop to the committed
-        lengths."""
+    # --- the end of every step -------------------------------------------------------------------
+    def commit(
+        self, new_tokens: list[list[int]], draft_rows: list[int] | None, stats: list[StepStats],
+        full: list[bool] | None = None,
+    ) -> list[RowStep]:
+        """Cut and append each active prompt's ``new_tokens``; drop finished prompts; keep row
+        ``draft_rows[r]`` of the draft cache for prompt r (None: the rows as they are); crop both
+        caches to what they may hold: the target every committed token but the last, the draft at
+        most that many. Prompts marked ``full`` end with reason "context"."""
         steps, survivors = [], []
         for r, p in enumerate(self.active):
             tokens, reason = self.stopper.cut(self.generated(p), new_tokens[r])
+            reason = "context" if full is not None and full[r] else reason
             self.committed[p].extend(tokens)
             steps.append(RowStep(p, tokens, replace(stats[r], committed=len(tokens)), reason))
             if reason is None:
                 survivors.append(r)
         self.active = [self.active[r] for r in survivors]
-        self._keep(self.target, self.target_cache, self.target_held, survivors)
-        if self.draft_cache is not None:
-            self._keep(self.draft, self.draft_cache, self.draft_held, [draft_rows[r] for r in survivors])
+        if self.active:
+            limits = [len(self.committed[p]) - 1 for p in self.active]  # a cache never holds the last token
+            caches = [(self.target, self.target_cache, survivors)]
+            if self.draft_cache is not None:
+                caches.append((self.draft, self.draft_cache, survivors if draft_rows is None else [draft_rows[r] for r in survivors]))
+            for model, cache, rows in caches:
+                model.reindex(cache, rows)
+                model.crop(cache, [min(held, limit) for held, limit in zip(cache.held, limits)])
         return steps
-
-    def _keep(self, model: LanguageModel, cache: Cache, held: list[int], rows: list[int]) -> None:
-        if not self.active:
-            return
-        model.reindex(cache, rows)
-        for p in self.active:  # a cache never holds the last committed token
-            held[p] = min(held[p], len(self.committed[p]) - 1)
-        model.crop(cache, [held[p] for p in self.active])
 
     def check_caches(self) -> None:
         """Raise ``AssertionError`` unless every cache row holds the committed prefix it should:
         the target all committed tokens but the last, the draft at most that many."""
-        caches = [(self.target, self.target_cache, self.target_held, True)]
+        caches = [(self.target, self.target_cache, True)]
         if self.draft_cache is not None:
-            caches.append((self.draft, self.draft_cache, self.draft_held, False))
-        for model, cache, held, exact in caches:
+            caches.append((self.draft, self.draft_cache, False))
+        for model, cache, exact in caches:
             if not self.active:
                 continue
             assert cache.batch_size == len(self.active), (cache.batch_size, len(self.active))
             assert model.backend_length(cache) == cache.tokens.shape[1]
             for r, p in enumerate(self.active):
                 row = cache.row(r)
-                assert len(row) == held[p], (p, len(row), held[p])
-                assert row == self.committed[p][: held[p]], p
+                assert len(row) == cache.held[r], (p, len(row), cache.held[r])
+                assert row == self.committed[p][: len(row)], p
                 if exact:
-                    assert held[p] == len(self.committed[p]) - 1, (p, held[p], len(self.committed[p]))
+                    assert len(row) == len(self.committed[p]) - 1, (p, len(row), len(self.committed[p]))
                 else:
-                    assert held[p] <= len(self.committed[p]) - 1
+                    assert len(row) <= len(self.committed[p]) - 1
+
+
+STEPS = {"parallel": speculative_step, "gated": gated_step}  # a verifier's strategy -> its step (STRATEGIES)
+_NOTHING = StepStats(drafted=0, verified=0, accepted=0, committed=0, draft_index=0, draft_calls=0, target_calls=0,
+                     draft_seconds=0.0, target_seconds=0.0, verify_seconds=0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -13,6 +14,36 @@ from .decoder import Decoder, RowStep
 from .stats import GenerationResult
 
 __all__ = ["generate", "generate_batch", "stream"]
+
+
+def _prompts(prompts: Any) -> list[list[int]]:
+    """``prompts`` as lists of token ids; ``ValueError`` naming what is not a sequence of ints (a
+    text must be encoded first: ``pair.tokenizer.encode(text)``)."""
+    prompts = prompts.tolist() if hasattr(prompts, "tolist") else prompts  # a tensor or array [B, n]
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise ValueError(f"prompts: expected a sequence of token-id sequences, got {type(prompts).__name__}")
+    rows = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, (str, bytes)) or not (isinstance(prompt, Sequence) or hasattr(prompt, "tolist")):
+            raise ValueError(f"prompt_ids: expected a sequence of token ids (ints), got {type(prompt).__name__}; "
+                             "encode a text first (pair.tokenizer.encode(text))")
+        row = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)
+        if not isinstance(row, list):  # a 0-d tensor
+            raise ValueError(f"prompt_ids: expected a sequence of token ids, prompt {i} is a single {type(row).__name__}")
+        bad = next((t for t in row if not isinstance(t, numbers.Integral) or isinstance(t, bool)), None)
+        if bad is not None:
+            raise ValueError(f"prompt_ids: token ids must be ints, prompt {i} has {bad!r}")
+        rows.append([int(t) for t in row])
+    return rows
+
+
+def _check_eos(target: LanguageModel, eos_token_id: Any) -> None:
+    if eos_token_id is None:
+        return
+    if not isinstance(eos_token_id, numbers.Integral) or isinstance(eos_token_id, bool) \
+            or not 0 <= eos_token_id < target.vocab_size:
+        raise ValueError(f"eos_token_id must be a token id in [0, {target.vocab_size}) (the target's vocabulary), "
+                         f"got {eos_token_id!r}")
 
 
 def _config(method: str | Verifier, kwargs: dict[str, Any]) -> DecodeConfig:
@@ -30,7 +61,7 @@ def generate_batch(
     *,
     num_drafts: int | None = None,
     draft_length: int | None = None,
-    temperature: float = 1.0,
+    temperature: float | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
     max_new_tokens: int = 64,
@@ -44,15 +75,19 @@ def generate_batch(
     """Decode every prompt (rows advance independently: ragged acceptance, per-row crop).
 
     ``method`` is ``"ar"`` or a registered verifier (see ``draftverify.verifiers()``) in the method
-    grammar (``"bv"``, ``"ot(solver=gr,tol=1e-4)"``, ``"kseq(K=4)"``), with more of its ``options``. ``tokenizer`` decodes the text (needed for ``stop``); ``eos_token_id`` defaults
-    to the target's. The result of prompt i is ``results[i]``; its ``seconds`` is the batch's.
+    grammar (``"bv"``, ``"ot(solver=gr,tol=1e-4)"``, ``"kseq(K=4)"``), with more of its ``options``.
+    ``temperature`` unset is 1 (0 for ``greedy``, which takes no other). ``tokenizer`` decodes the
+    text (needed for ``stop``); ``eos_token_id`` defaults to the target's. The result of prompt i
+    is ``results[i]``; its ``seconds`` is the batch's.
     """
+    prompts = _prompts(prompts)
+    _check_eos(target, eos_token_id)
     config = _config(method, dict(
         num_drafts=num_drafts, draft_length=draft_length, temperature=temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, stop=stop, seed=seed, ignore_eos=ignore_eos, options=dict(options or {}),
     ))
     start = time.perf_counter()
-    decoder = Decoder(target, draft, [list(p) for p in prompts], config, tokenizer=tokenizer, eos_token_id=eos_token_id)
+    decoder = Decoder(target, draft, prompts, config, tokenizer=tokenizer, eos_token_id=eos_token_id)
     steps: list[list[RowStep]] = [[] for _ in prompts]
     reasons = ["length"] * len(prompts)
     while not decoder.done:
@@ -62,7 +97,7 @@ def generate_batch(
     seconds = time.perf_counter() - start
     return [
         GenerationResult(
-            prompt_ids=list(prompts[i]),
+            prompt_ids=prompts[i],
             tokens=decoder.generated(i),
             text=tokenizer.decode(decoder.generated(i)) if tokenizer is not None else None,
             finish_reason=reasons[i],
@@ -87,6 +122,8 @@ def stream(target: LanguageModel, draft: LanguageModel | None, prompt_ids: Seque
     """Decode one prompt, yielding each step's committed tokens and statistics as they come;
     keyword arguments as :func:`generate_batch` (``tokenizer`` and ``eos_token_id`` included)."""
     tokenizer, eos = kwargs.pop("tokenizer", None), kwargs.pop("eos_token_id", None)
-    decoder = Decoder(target, draft, [list(prompt_ids)], _config(method, kwargs), tokenizer=tokenizer, eos_token_id=eos)
+    prompts = _prompts([prompt_ids])
+    _check_eos(target, eos)
+    decoder = Decoder(target, draft, prompts, _config(method, kwargs), tokenizer=tokenizer, eos_token_id=eos)
     while not decoder.done:
         yield from decoder.step()

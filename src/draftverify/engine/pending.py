@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["pending_tokens", "pending_count"]
+__all__ = ["pending_tokens"]
 
 
-def pending_tokens(committed: list[list[int]], held: list[int], active: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``committed[p][held[p]:]`` for each prompt p of ``active``, left-padded: tokens ``[R, m]``
-    and the valid mask ``[R, m]`` (None when no row is padded)."""
-    chunks = [committed[p][held[p] :] for p in active]
+def pending_tokens(sequences: list[list[int]], held: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``sequences[r][held[r]:]`` for each row r, left-padded: tokens ``[R, m]`` and the valid mask
+    ``[R, m]`` (None when no row is padded)."""
+    chunks = [seq[h:] for seq, h in zip(sequences, held)]
     width = max(len(c) for c in chunks)
     if all(len(c) == width for c in chunks):
         return torch.tensor(chunks, dtype=torch.int64), None
@@ -20,8 +20,3 @@ def pending_tokens(committed: list[list[int]], held: list[int], active: list[int
         tokens[r, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.int64)
         valid[r, width - len(chunk) :] = True
     return tokens, valid
-
-
-def pending_count(tokens: torch.Tensor, valid: torch.Tensor | None, row: int) -> int:
-    """How many of row ``row``'s pending ``tokens`` are real (not padding)."""
-    return tokens.shape[1] if valid is None else int(valid[row].sum())

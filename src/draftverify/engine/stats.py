@@ -39,7 +39,7 @@ class GenerationResult:
     prompt_ids: list[int]
     tokens: list[int]
     text: str | None
-    finish_reason: str  # "eos", "stop" or "length"
+    finish_reason: str  # "eos", "stop", "length" or "context" (the context was full; see engine.decoder)
     method: str
     num_drafts: int
     draft_length: int  # 0 for ar

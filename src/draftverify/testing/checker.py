@@ -8,19 +8,23 @@ decoding loop does.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
-from scipy import stats
+from scipy import optimize, stats
 
 from ..rng import BranchingSource, inverse_cdf
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from .enumerate import enumerate_outcomes
 from .markov import KnownLawPair, random_pair
 
-__all__ = ["ExactnessReport", "DecodeTrace", "decode_known_law", "exact_sequence_law", "check_exactness"]
+__all__ = [
+    "ExactnessReport", "DecodeTrace", "FAILED", "INCONCLUSIVE", "PASSED", "check_exactness", "decode_known_law",
+    "detectable_tv", "exact_sequence_law", "goodness_of_fit",
+]
 
 
 @dataclass(frozen=True)
@@ -31,15 +35,34 @@ class DecodeTrace:
     rejections: int  # calls that ended with a correction token rather than a bonus token
 
 
+PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
+MIN_EXPECTED = 5.0  # every bin of the chi-square test has at least this expected count (Cochran's rule)
+POWER = 0.9  # the power at which ``detectable_tv`` is computed
+
+
 @dataclass(frozen=True)
 class ExactnessReport:
-    """Outcome of :func:`check_exactness`. ``p_value`` is the chi-square goodness-of-fit p-value of
-    the empirical law of the first ``num_tokens`` tokens against the target's exact law (cells with
-    expected count below 5 are pooled; an outcome of target probability 0 gives p = 0)."""
+    """Outcome of :func:`check_exactness`.
 
+    ``p_value`` is the chi-square goodness-of-fit p-value of the empirical law of the first
+    ``num_tokens`` tokens against the target's exact law, over bins of expected count >= 5 (rarer
+    outcomes pooled, see :func:`goodness_of_fit`); an outcome of target probability 0 gives p = 0;
+    NaN when the bins leave no degree of freedom (no test at all).
+
+    ``status`` is ``"failed"`` when p <= ``threshold``, ``"inconclusive"`` when the test cannot
+    judge: no degree of freedom, or ``detectable_tv`` (the smallest total variation from the
+    target the test detects with power 0.9 at level ``threshold``, see :func:`detectable_tv`)
+    above ``detect_tv``; ``"passed"`` otherwise. ``reason`` says why in one sentence.
+    """
+
+    status: str
+    reason: str
     p_value: float
     chi2: float
     dof: int
+    detectable_tv: float  # smallest TV from the target detected with power 0.9 at level threshold
+    detect_tv: float  # the TV the test must be able to detect to pass
+    threshold: float  # the p-value at or below which the test fails
     tv: float  # total variation between the empirical and the exact law
     mean_accepted: float  # accepted draft tokens per verify call
     acceptance_rate: float  # accepted / (accepted + rejected): pooled over verified tokens (seed 002)
@@ -49,8 +72,9 @@ class ExactnessReport:
     draft_length: int
     num_tokens: int
 
-    def passed(self, threshold: float = 1e-3) -> bool:
-        return self.p_value > threshold
+    def passed(self) -> bool:
+        """True only when the test could judge and the verifier's law fits the target's."""
+        return self.status == PASSED
 
 
 def _draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length: int, source):
@@ -82,9 +106,7 @@ def decode_known_law(
     calls = accepted = rejections = 0
     while len(prefix) < num_tokens:
         tokens, draft_probs, target_probs = _draw_drafts(pair, prefix, num_drafts, draft_length, draft_source)
-        result = verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state)
-        if not result.tokens:
-            raise ValueError("verify committed no token (the contract requires at least one)")
+        result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
         prefix.extend(int(t) for t in result.tokens)
         state = result.state
         calls += 1
@@ -116,6 +138,7 @@ def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, dra
     each call's drafts and verifier draws are enumerated together, and equal (prefix, state)
     outcomes are merged (states that cannot be hashed are kept apart).
     """
+    verifier = _resolve(verifier)
     law = np.zeros((pair.vocab_size,) * num_tokens)
     frontier: dict[tuple, float] = {((), None): 1.0}
     while frontier:
@@ -127,36 +150,85 @@ def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, dra
 
         def one_call(source, prefix=prefix, state=state):
             tokens, draft_probs, target_probs = _draw_drafts(pair, list(prefix), num_drafts, draft_length, source)
-            result = verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state)
+            result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
             return tuple(int(t) for t in result.tokens), _state_key(result.state)
 
         for (tokens, new_key), branch_prob in enumerate_outcomes(one_call).items():
-            if not tokens:
-                raise ValueError("verify committed no token (the contract requires at least one)")
             entry = (prefix + tokens, new_key)
             frontier[entry] = frontier.get(entry, 0.0) + prob * branch_prob
     return law
 
 
+def _bins(law: np.ndarray, total: float) -> np.ndarray:
+    """The bin of each cell of ``law`` (flat) for a chi-square test on ``total`` samples: a cell of
+    expected count >= 5 is a bin of its own, the rarer ones are pooled into one bin, and that bin,
+    if its expected count is still below 5, joins the smallest kept one. Every bin then has an
+    expected count >= 5 unless there is a single bin (``total`` < 5)."""
+    expected = law * total
+    big = expected >= MIN_EXPECTED
+    bins = np.where(big, np.cumsum(big) - 1, int(big.sum()))  # kept cells 0..m-1, pooled cells m
+    if big.any() and expected[~big].sum() < MIN_EXPECTED:
+        kept = np.flatnonzero(big)
+        bins[~big] = bins[kept[np.argmin(expected[kept])]]
+    return bins
+
+
 def goodness_of_fit(counts: np.ndarray, law: np.ndarray) -> tuple[float, float, int]:
-    """Chi-square test of ``counts`` against ``law`` (flat arrays): (p_value, statistic, dof)."""
+    """Chi-square test of ``counts`` against ``law`` (flat arrays) over the bins of :func:`_bins`
+    (every expected count >= 5): (p_value, statistic, dof). An observed outcome of probability 0
+    gives (0, inf, 0); bins leaving no degree of freedom give p = NaN: there is no test, and a NaN
+    compares false with every threshold."""
     total = counts.sum()
     if np.any(counts[law == 0] > 0):
         return 0.0, float("inf"), 0
-    expected = law * total
-    big = expected >= 5
-    observed = np.append(counts[big], counts[~big].sum())
-    expected = np.append(expected[big], expected[~big].sum())
-    if expected[-1] < 5:  # fold a small pooled cell into the smallest kept one
-        observed, expected = observed[:-1], expected[:-1]
-        smallest = int(np.argmin(expected))
-        observed[smallest] += counts[~big].sum()
-        expected[smallest] += law[~big].sum() * total
+    bins = _bins(law, total)
+    observed = np.bincount(bins, weights=counts)
+    expected = np.bincount(bins, weights=law) * total
     dof = len(expected) - 1
     if dof < 1:
-        return 1.0, 0.0, 0
+        return float("nan"), 0.0, 0
     statistic = float(((observed - expected) ** 2 / expected).sum())
     return float(stats.chi2.sf(statistic, dof)), statistic, dof
+
+
+def detectable_tv(law: np.ndarray, samples: int, threshold: float, power: float = POWER) -> float:
+    """The smallest total variation from ``law`` that :func:`goodness_of_fit` on ``samples`` draws
+    detects with probability ``power`` at level ``threshold``, for every alternative law (1 when it
+    cannot detect any).
+
+    A conservative bound, in two parts. (1) Over the test's bins, an alternative at TV delta shifts
+    each bin's probability by d_b with sum |d_b| = 2 delta, and the chi-square statistic is
+    approximately noncentral chi-square with dof degrees of freedom and noncentrality
+    lambda = n sum d_b^2 / P_b (the local-alternative approximation, Mitra 1958), which by
+    Cauchy-Schwarz is at least 4 n delta^2. The power is increasing in lambda, so every alternative
+    at binned TV >= delta* = sqrt(lambda* / 4n) is detected, lambda* solving
+    P(ncx2(dof, lambda*) > chi2 quantile at 1 - threshold) = power. (2) Within a bin of several
+    cells an alternative can move mass unseen; it loses at most the bin's probability, so the TV
+    over cells is at most the binned TV plus the probability of the bins of several cells.
+    The bound is delta* + that probability, at most 1.
+    """
+    bins = _bins(law, samples)
+    mass = np.bincount(bins, weights=law)
+    dof = len(mass) - 1
+    if dof < 1:
+        return 1.0
+    shared = np.bincount(bins) > 1  # bins holding several cells
+    critical = stats.chi2.isf(threshold, dof)
+    noncentrality = optimize.brentq(lambda nc: stats.ncx2.sf(critical, dof, nc) - power, 0.0, 1e9)
+    return float(min(1.0, np.sqrt(noncentrality / (4 * samples)) + mass[shared].sum()))
+
+
+def _verdict(p_value: float, dof: int, detectable: float, detect_tv: float, threshold: float) -> tuple[str, str]:
+    """(status, reason) of a checker run; see :class:`ExactnessReport`."""
+    if p_value <= threshold:
+        return FAILED, f"p = {p_value:.3g} <= {threshold:g}: the decoded law is not the target's"
+    if dof < 1:
+        return INCONCLUSIVE, ("no degree of freedom left once outcomes of expected count < 5 are pooled: "
+                              "more samples or fewer tokens (V ** num_tokens outcomes)")
+    if detectable > detect_tv:
+        return INCONCLUSIVE, (f"too few samples: the test detects only a TV >= {detectable:.3f} from the target "
+                              f"(power {POWER:g}), not {detect_tv:g}: more samples or fewer tokens")
+    return PASSED, f"p = {p_value:.3g} > {threshold:g}, and any TV >= {detectable:.3f} would be detected (power {POWER:g})"
 
 
 def check_exactness(
@@ -168,16 +240,34 @@ def check_exactness(
     num_tokens: int = 4,
     samples: int = 20000,
     seed: int = 0,
+    threshold: float = 1e-3,
+    detect_tv: float = 0.1,
     on_sample: Callable[[], None] | None = None,
 ) -> ExactnessReport:
     """Decode ``samples`` sequences through ``verifier`` and test their law against the target's.
 
+    ``verifier`` is any object with the contract's ``verify``, or a name in the method grammar
+    (``"bv"``, ``"submaximal(fraction=0.5)"``) resolved by :func:`draftverify.get_verifier`.
     ``pair`` defaults to ``random_pair(vocab_size=4, order=2, seed=seed)``. The p-value is exact
     for a correct verifier up to the chi-square approximation; a biased verifier drives it to 0 as
-    ``samples`` grows. ``on_sample``, if given, is called after each decoded sequence (progress).
+    ``samples`` grows. The report passes only when p > ``threshold`` and the test could have seen
+    a law at total variation ``detect_tv`` from the target (power 0.9); a test that cannot judge
+    is ``"inconclusive"``, never passed (see :class:`ExactnessReport`). ``on_sample``, if given, is
+    called after each decoded sequence (progress).
     """
-    if samples < 1 or num_drafts < 1 or draft_length < 1 or num_tokens < 1:
-        raise ValueError("samples, num_drafts, draft_length and num_tokens must be >= 1")
+    verifier = _resolve(verifier)
+    if pair is not None and not isinstance(pair, KnownLawPair):
+        raise ValueError(f"pair: expected a KnownLawPair (e.g. random_pair(vocab_size=4)), got {type(pair).__name__}")
+    for name, value in (("samples", samples), ("num_drafts", num_drafts), ("draft_length", draft_length),
+                        ("num_tokens", num_tokens)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64 - 1], got {seed!r}")
+    if not (isinstance(threshold, numbers.Real) and 0 < threshold < 1):
+        raise ValueError(f"threshold must be a p-value in (0, 1), got {threshold!r}")
+    if not (isinstance(detect_tv, numbers.Real) and 0 < detect_tv <= 1):
+        raise ValueError(f"detect_tv must be a total variation in (0, 1], got {detect_tv!r}")
     pair = pair if pair is not None else random_pair(vocab_size=4, order=2, seed=seed)
     if pair.vocab_size**num_tokens > 200_000:
         raise ValueError("V ** num_tokens is too large to enumerate the law; lower num_tokens")
@@ -197,10 +287,17 @@ def check_exactness(
             on_sample()
     law = pair.target.law(num_tokens).ravel()
     p_value, statistic, dof = goodness_of_fit(counts, law)
+    detectable = detectable_tv(law, samples, threshold)
+    status, reason = _verdict(p_value, dof, detectable, detect_tv, threshold)
     return ExactnessReport(
+        status=status,
+        reason=reason,
         p_value=p_value,
         chi2=statistic,
         dof=dof,
+        detectable_tv=detectable,
+        detect_tv=float(detect_tv),
+        threshold=float(threshold),
         tv=float(0.5 * np.abs(counts / samples - law).sum()),
         mean_accepted=accepted / calls,
         acceptance_rate=pooled_acceptance(accepted, rejections),  # every call tests at least one token
@@ -210,3 +307,27 @@ def check_exactness(
         draft_length=draft_length,
         num_tokens=num_tokens,
     )
+
+
+def _resolve(verifier):
+    """A verifier object: a name in the method grammar through ``get_verifier``; anything without
+    a callable ``verify`` is refused."""
+    if isinstance(verifier, str):
+        from ..verify.base import get_verifier
+
+        return get_verifier(verifier)
+    if not callable(getattr(verifier, "verify", None)):
+        raise ValueError(f"verifier: expected a verifier name or an object with the contract's verify(draft_tokens, "
+                         f"draft_probs, target_probs, generator, state), got {type(verifier).__name__}")
+    return verifier
+
+
+def _checked(result):
+    """``result`` of a ``verify`` call, refused unless it has the contract's fields."""
+    missing = [name for name in ("tokens", "num_accepted", "state") if not hasattr(result, name)]
+    if missing:
+        raise ValueError(f"verifier: verify returned {type(result).__name__}, not a VerifyResult "
+                         f"(no {', '.join(missing)})")
+    if not result.tokens:
+        raise ValueError("verify committed no token (the contract requires at least one)")
+    return result

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..formulas import overlap, total_variation
 from . import _validate
 from .single import path_products
 
@@ -30,7 +31,7 @@ __all__ = [
 def _expected_tv(target: list[np.ndarray], draft: list[np.ndarray], prefix_joints: list[np.ndarray]) -> np.ndarray:
     """E_{x^i ~ prefix law}[TV(T(.|x^i), D(.|x^i))] for i = 0..L-1 ([L])."""
     laws = [np.ones(())] + prefix_joints[:-1]
-    return np.array([(law * 0.5 * np.abs(t - d).sum(axis=-1)).sum() for law, t, d in zip(laws, target, draft)])
+    return np.array([(law * total_variation(t, d)).sum() for law, t, d in zip(laws, target, draft)])
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def longest_prefix_claim(target_tables, draft_tables) -> LongestPrefixClaim:
     """
     target, draft = _validate.table_pair(target_tables, draft_tables)
     target_joints, draft_joints = _validate.joint_laws(target), _validate.joint_laws(draft)
-    claimed = np.array([np.minimum(t, d).sum() for t, d in zip(target_joints, draft_joints)])
+    claimed = np.array([overlap(t.ravel(), d.ravel()) for t, d in zip(target_joints, draft_joints)])
     token_level = np.array([product.sum() for product in path_products(target, draft)])
     return LongestPrefixClaim(claimed=claimed, token_level=token_level)
 

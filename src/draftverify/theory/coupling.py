@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..formulas import overlap
 from . import _validate
 
 __all__ = [
@@ -26,7 +27,7 @@ def maximal_acceptance(target_probs, draft_probs) -> np.ndarray:
     Theorem 3.1; seed 002 "acceptance rate is one minus the TV distance"). Shape ``[...]`` for
     inputs ``[..., V]``. Token-level SD attains it at every prefix."""
     target, draft = _validate.distribution_pair(target_probs, draft_probs)
-    return np.minimum(target, draft).sum(axis=-1)
+    return overlap(target, draft)
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,12 @@ def submaximal_step(target_probs, draft_probs, withheld) -> SubmaximalStep:
     """
     target, draft = _validate.distribution_pair(target_probs, draft_probs)
     sigma = _validate.as_float_array(withheld, "withheld")
-    overlap = np.minimum(target, draft)
+    common = np.minimum(target, draft)  # c
     if sigma.shape != target.shape:
         raise ValueError(f"withheld: expected shape {target.shape}, got {sigma.shape}")
-    if np.any(sigma < 0) or np.any(sigma > overlap):
+    if np.any(sigma < 0) or np.any(sigma > common):
         raise ValueError("withheld: must satisfy 0 <= withheld <= min(target, draft) entrywise")
-    kept = overlap - sigma  # alpha
+    kept = common - sigma  # alpha
     accept = np.divide(kept, draft, out=np.zeros_like(kept), where=draft > 0)
     residual = np.maximum(target - draft, 0.0) + sigma  # r + sigma
     rejection = residual.sum(axis=-1)  # t + eps
@@ -102,9 +103,9 @@ def rejection_accounting(target_tables, draft_tables, fraction) -> RejectionAcco
     target, draft = _validate.table_pair(target_tables, draft_tables)
     share = float(_validate.rate(fraction, "fraction"))
     prefix_laws = [np.ones(())] + _validate.joint_laws(target)[:-1]  # law of x^{n-1}, n = 1..N
-    overlap = sum(  # sum_n E[1 - TV_n]
-        float((law * np.minimum(t, d).sum(axis=-1)).sum()) for law, t, d in zip(prefix_laws, target, draft)
+    agreement = sum(  # sum_n E[1 - TV_n]
+        float((law * overlap(t, d)).sum()) for law, t, d in zip(prefix_laws, target, draft)
     )
-    maximal = len(target) - overlap  # sum_n E[TV_n]
-    extra = share * overlap  # sum_n E[eps_n]
+    maximal = len(target) - agreement  # sum_n E[TV_n]
+    extra = share * agreement  # sum_n E[eps_n]
     return RejectionAccounting(maximal=maximal, submaximal=maximal + extra, extra=extra)

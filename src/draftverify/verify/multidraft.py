@@ -12,7 +12,6 @@ for it (contract), so the rows of the first alive draft are used. K = 1 reduces 
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,9 +19,10 @@ import numpy as np
 import torch
 
 from .. import ot, rng
+from ..formulas import any_accepted, kseq_rho
 from .base import Verifier, VerifyResult, register
 
-__all__ = ["KSeq", "OptimalTransport", "kseq_rho", "multi_step"]
+__all__ = ["KSeq", "OptimalTransport", "multi_step"]
 
 # one position: (target row [V], draft row [V], candidate tokens [m] in draft order, generator) -> token
 PositionRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], int]
@@ -47,78 +47,6 @@ def multi_step(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_pro
     return VerifyResult(tokens=accepted + [bonus], num_accepted=length, draft_index=lead)
 
 
-def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarray:
-    """The K-SEQ scale rho* in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) =
-    sum_x min(D(x), T(x) / rho) (Sun et al. 2023, SpecTr; seed 004 section 3), vectorised over the
-    leading axes of ``[..., V]`` float64 arrays (unchecked: validated callers only;
-    :func:`draftverify.theory.kseq_rho` checks its inputs and calls this).
-
-    1 - (1 - beta)^K is non-increasing and rho beta non-decreasing in rho, so the difference g has
-    one sign change in [1, K]. Between two consecutive likelihood ratios T(x) / D(x), beta(rho) =
-    A + B / rho with A the draft mass of the tokens whose ratio is at least rho and B the target mass
-    of the others: sorting the ratios once gives g at every ratio inside (1, K) in a few passes over
-    V, hence the segment holding the root, where a bisection on the closed form runs in floats (no
-    pass over V per step: the bisection over [1, K] with the full sum took 80 of them). The returned
-    rho is on the feasible side under the full sum (rho >= rho*, 1 - (1 - beta)^K <= rho beta), as
-    the general residual below needs: a closed-form root that rounding leaves infeasible is moved up
-    in steps that double from 2^-44 rho, up to K, which 1 - (1 - beta)^K <= K beta makes feasible
-    (a rounding excess at K is left, as the bisection did). rho = 1 exactly when it is feasible
-    (D = T), so K-SEQ then accepts every candidate.
-    """
-    k = float(num_drafts)
-
-    def gap(beta, rho, power=operator.pow):  # g = 1 - (1 - beta)^K - rho beta, arrays or floats
-        return 1 - power(1 - beta, num_drafts) - rho * beta
-
-    def excess(rho: np.ndarray) -> np.ndarray:  # g with the full sum, as the verifier forms beta
-        return gap(np.minimum(draft, target / rho[..., None]).sum(axis=-1), rho)
-
-    ratio = np.divide(target, draft, out=np.full(target.shape, np.inf), where=draft > 0)  # T / D, inf where D = 0
-    order = np.argsort(ratio, axis=-1)
-    ratio = np.take_along_axis(ratio, order, -1)  # [..., V] ascending
-    zero = np.zeros(target.shape[:-1] + (1,))
-    target_below = np.concatenate([zero, np.cumsum(np.take_along_axis(target, order, -1), -1)], -1)  # [..., V + 1]
-    draft_below = np.concatenate([zero, np.cumsum(np.take_along_axis(draft, order, -1), -1)], -1)
-    draft_total = draft_below[..., -1:]
-    # g at each ratio inside (1, K), the tokens before it below (T / rho), the rest above (D)
-    inside = (ratio > 1) & (ratio < k)
-    at = np.where(inside, ratio, 1.0)
-    beta = draft_total - draft_below[..., :-1] + target_below[..., :-1] / at
-    infeasible = inside & (gap(beta, at, _power) > 0)  # _power: ** costs a pow call per entry
-    high = np.where(inside & ~infeasible, ratio, k).min(-1)  # [...] the first feasible ratio, or K
-    low = np.where(infeasible, ratio, 1.0).max(-1)  # the last infeasible ratio, or 1
-    below = (ratio <= low[..., None]).sum(-1, keepdims=True)  # tokens below throughout (low, high)
-    above_mass = (draft_total - np.take_along_axis(draft_below, below, -1))[..., 0]  # A
-    below_mass = np.take_along_axis(target_below, below, -1)[..., 0]  # B
-    rho = np.empty(low.shape)
-    for i, (lo, hi, a, b) in enumerate(zip(low.ravel().tolist(), high.ravel().tolist(),
-                                           above_mass.ravel().tolist(), below_mass.ravel().tolist())):
-        middle = 0.5 * (lo + hi)
-        while lo < middle < hi:  # to float resolution
-            if gap(a + b / middle, middle) <= 0:
-                hi = middle
-            else:
-                lo = middle
-            middle = 0.5 * (lo + hi)
-        rho.flat[i] = hi
-    step = rho * 2.0**-44
-    while np.any(infeasible := (excess(rho) > 0) & (rho < k)):  # K is feasible (Bernoulli's inequality)
-        rho, step = np.where(infeasible, np.minimum(rho + step, k), rho), 2 * step
-    return np.where(excess(np.ones(rho.shape)) <= 0, 1.0, rho)
-
-
-def _power(x: np.ndarray, n: int) -> np.ndarray:
-    """``x ** n`` for an integer n >= 1 by repeated squaring (numpy's ``**`` calls pow per entry)."""
-    result = None
-    while n:
-        if n & 1:
-            result = x if result is None else result * x
-        n >>= 1
-        if n:
-            x = x * x
-    return result
-
-
 def _kseq_position(target: torch.Tensor, draft: torch.Tensor, candidates: torch.Tensor, generator) -> int:
     """K-SEQ at one position (Sun et al. 2023, Algorithm 2): try the m candidates in order, accept
     x_j with probability min(1, T(x_j) / (rho D(x_j))); if all fail, draw from the residual
@@ -132,7 +60,7 @@ def _kseq_position(target: torch.Tensor, draft: torch.Tensor, candidates: torch.
         return int(candidates[int(hits[0])])
     overlap = torch.minimum(draft, target / rho)  # [V]
     beta = float(overlap.sum())
-    scale = (1.0 - (1.0 - beta) ** m) / beta if beta > 0 else 0.0
+    scale = any_accepted(beta, m) / beta if beta > 0 else 0.0
     residual = torch.clamp(target - scale * overlap, min=0.0)  # >= 0 up to rounding on the feasible side
     return rng.categorical(residual, generator, fallback=target)
 
@@ -144,7 +72,7 @@ class KSeq(Verifier):
 
     Exact. Per position its acceptance is 1 - (1 - beta(rho*))^m >= (1 - 1/e) alpha* (SpecTr,
     Theorem 3). rho is taken on the feasible side of its bisection with the general residual, so an
-    approximate rho never makes the residual negative (ALGORITHMS.md).
+    approximate rho never makes the residual negative (docs/corrections.md).
     """
 
     name = "kseq"

@@ -49,8 +49,8 @@ class MethodSpec:
 def parse_method(text: str) -> MethodSpec:
     """``"kseq(K=4)@ngram"`` -> ``MethodSpec("kseq", {}, num_drafts=4, draft="ngram")``.
 
-    Raises ``ValueError`` for text outside the grammar, an unknown option (listing the verifier's
-    options) and a value that does not parse as the option's type. A name that is not a registered
+    Raises ``ValueError`` for text outside the grammar, an option given twice, an unknown option
+    (listing the verifier's options) and a value that does not parse as the option's type. A name that is not a registered
     verifier (``ar``) is returned as it is when it has no options; whoever runs it decides.
     """
     match = _SPEC.match(text)
@@ -62,6 +62,8 @@ def parse_method(text: str) -> MethodSpec:
         key, sep, value = (s.strip() for s in item.partition("="))
         if not sep or not key or not value:
             raise ValueError(f"method {text!r}: options are written key=value, got {item!r}")
+        if any(key == seen for seen, _ in pairs):
+            raise ValueError(f"method {text!r}: option {key} is given twice")
         pairs.append((key, value))
     settings = {SETTINGS[k]: _convert(name, k, v, int) for k, v in pairs if k in SETTINGS}
     options = typed_options(name, [(k, v) for k, v in pairs if k not in SETTINGS])

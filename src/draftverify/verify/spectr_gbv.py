@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .. import rng
+from ..formulas import any_accepted
 from .base import Verifier, VerifyResult, register
 from .modifications import ModificationStack
 
@@ -108,7 +109,7 @@ class SpecTrGBV(Verifier):
         d_joint = _path_joint(draft, tokens)  # [K, L+1]
         t_next = t_joint[:, :length, None] * target[:, :length]  # [K, L, V]  T(x_k^i x)
         residual = t_next * _miss(t_next, d_joint[:, :length, None] * draft, num_drafts)  # eq. 4 numerators
-        cover = 1 - (1 - d_joint) ** num_drafts  # P(X^L has x^i)
+        cover = any_accepted(d_joint, num_drafts)  # P(X^L has x^i)
         claimed = t_joint * (1 - _miss(t_joint, d_joint, num_drafts))  # T(x^i)[1 - (1 - min(D/T, 1))^K]
         missed_after = residual[:, 1:].sum(-1)  # [K, L-1]  sum_x T(x^i x)(1 - min(.))^K, i = 1..L-1
         numerator = missed_after - (t_joint[:, 1:length] - claimed[:, 1:length])  # eq. 2

@@ -19,7 +19,7 @@ classifier decides on has law T + eta (D - T)_+ - (T - D)_+ E / TV(T, D), E = su
 
 The classifier is an argument: any object with ``yes_probability`` (the trained
 :class:`draftverify.approx.LinearClassifier`, loaded by :func:`draftverify.approx.load_classifier`,
-or the :class:`RateClassifier` of given rates used to test the theory). Here the contract's
+or, in the tests, a synthetic one that says "yes" by given rates). Here the contract's
 ``target_probs`` are all given, as in a test harness; the engine's ``gated`` step
 (:mod:`draftverify.engine.gated`) calls the target only where the classifier says "no".
 """
@@ -27,44 +27,15 @@ or the :class:`RateClassifier` of given rates used to test the theory). Here the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from .. import rng
 from .base import Verifier, VerifyResult, register
 from .token import speculative_step
 
-__all__ = ["Sprinter", "RateClassifier"]
-
-
-@dataclass(frozen=True, eq=False)
-class RateClassifier:
-    """A synthetic classifier with given rates, for testing the theory: it looks at the truth and
-    says "yes" with probability ``false_positive_rate`` when D(x) > T(x), ``true_positive_rate``
-    otherwise. Each rate is a number or an array ``[V]`` indexed by the drafted token."""
-
-    false_positive_rate: Any = 0.0
-    true_positive_rate: Any = 1.0
-
-    scored = False  # no score: the threshold does not apply
-
-    def __post_init__(self) -> None:
-        for name in ("false_positive_rate", "true_positive_rate"):
-            value = np.asarray(getattr(self, name), dtype=np.float64)
-            if value.ndim > 1 or not np.all((value >= 0) & (value <= 1)):
-                raise ValueError(f"{name}: expected a number or a [V] array in [0, 1], got {getattr(self, name)!r}")
-            object.__setattr__(self, name, value)
-
-    def yes_probability(self, tokens, draft_probs, *, hidden=None, target_probs=None, threshold=0.5) -> torch.Tensor:
-        if target_probs is None:
-            raise ValueError("RateClassifier looks at the target's probabilities: it is a test device, not for the engine")
-        at = tokens.long().unsqueeze(-1)  # [N, 1]
-        unacceptable = (draft_probs.gather(-1, at) > target_probs.gather(-1, at))[:, 0]  # [N]
-        rates = [torch.from_numpy(np.broadcast_to(r, (draft_probs.shape[-1],)).copy())[tokens.long()]
-                 for r in (self.false_positive_rate, self.true_positive_rate)]
-        return torch.where(unacceptable, rates[0], rates[1])  # [N] float64
+__all__ = ["Sprinter"]
 
 
 @register
@@ -72,8 +43,10 @@ class RateClassifier:
 class Sprinter(Verifier):
     """``sprinter``: SPRINTER's approximate verification (seed 003, Algorithm 2; see module doc).
 
-    Options: ``classifier`` (required: an object with ``yes_probability``, e.g. the trained one of
-    :func:`draftverify.approx.load_classifier` or a :class:`RateClassifier`), ``threshold`` tau in
+    Options: ``classifier`` (an object with ``yes_probability``, e.g. the trained one of
+    :func:`draftverify.approx.load_classifier`; through :func:`draftverify.get_verifier` also a
+    saved classifier's file or folder, and by default the one shipped with the tiny pair),
+    ``threshold`` tau in
     [0, 1] (the classifier says "yes" when its score >= tau; the seed uses 0.5). NOT exact: the
     output law deviates from the target's by sum_x eta(x) (D - T)_+(x) in TV per token.
     """
@@ -84,6 +57,8 @@ class Sprinter(Verifier):
     strategy = "gated"
     threshold: float = 0.5
     classifier: Any = None
+    # get_verifier("sprinter") / "sprinter(classifier=DIR)": the shipped or a saved classifier, loaded above this layer
+    loaders: ClassVar[dict[str, str]] = {"classifier": "draftverify.approx.load:load_classifier"}
 
     def __post_init__(self) -> None:
         if not 0.0 <= float(self.threshold) <= 1.0:

@@ -13,26 +13,11 @@ from typing import Any
 import torch
 
 from .. import rng
+from ..formulas import acceptance_probability, correction_weights
 from .base import Verifier, VerifyResult, register
+from .batched import BatchedVerifyResult, assemble, final_tokens, leading_true, ragged
 
-__all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain", "acceptance_probability", "correction_weights", "correction_token", "speculative_step"]
-
-
-def acceptance_probability(target_at: torch.Tensor, draft_at: torch.Tensor, withheld: float) -> torch.Tensor:
-    """(1 - lambda) min(T(x), D(x)) / D(x) = (1 - lambda) min(1, T(x)/D(x)) at drafted tokens x
-    (seed 000, Proposition 3.2; lambda = ``withheld``, 0 for Leviathan et al. 2023)."""
-    ratio = (target_at / draft_at).clamp_(max=1.0)  # min(1, T/D)
-    return (1.0 - withheld) * ratio if withheld else ratio
-
-
-def correction_weights(target_probs: torch.Tensor, draft_probs: torch.Tensor, withheld: float) -> torch.Tensor:
-    """Unnormalised law of the correction token, r + sigma with r = (T - D)_+ and
-    sigma = lambda min(T, D) (seed 000, Proposition 3.2; lambda = ``withheld``); lambda = 0 is
-    Leviathan et al. (2023), Algorithm 1: (T - D)_+. Rows ``[..., V]``; with D = 0 it is T."""
-    residual = (target_probs - draft_probs).clamp_(min=0.0)  # r
-    if withheld:
-        residual += torch.minimum(target_probs, draft_probs).mul_(withheld)  # r + sigma
-    return residual
+__all__ = ["SpeculativeSampling", "GreedyMatch", "SubmaximalCoupling", "token_chain", "token_chain_kernel", "correction_token", "speculative_step"]
 
 
 def correction_token(target_row: torch.Tensor, draft_row: torch.Tensor, withheld: float, generator) -> int:
@@ -85,6 +70,35 @@ def token_chain(
     return tokens, n
 
 
+def token_chain_kernel(
+    draft_token_ids: torch.Tensor,  # [num_tokens] int64
+    draft_probs: torch.Tensor,  # [num_tokens, V]
+    target_probs: torch.Tensor,  # [num_tokens + B, V]
+    cu_num_draft_tokens: torch.Tensor,  # [B] int64
+    uniforms: torch.Tensor,  # [num_tokens + B] float64
+    max_draft_len: int,
+    withheld: float,
+) -> BatchedVerifyResult:
+    """:func:`token_chain` for every row of a batch on the layout of :mod:`.batched`, on the same
+    uniforms: position i is accepted when u_i < (1 - lambda) min(1, T(x_i) / D(x_i)); at the first
+    rejection n a correction token from (T - D)_+ + lambda min(T, D) at x^n, after L_b acceptances a
+    bonus token from T(. | x^{L_b}). Cost: O(num_tokens) for the tests, O(B V) for the final rows."""
+    num_tokens = draft_probs.shape[0]
+    layout = ragged(cu_num_draft_tokens, num_tokens, max_draft_len)
+    x = draft_token_ids[layout.draft_index]  # [B, max_L]
+    draft_at = draft_probs[layout.draft_index, x]  # [B, max_L]  D(x_i | x^{i-1})
+    target_at = target_probs[layout.target_index, x]  # [B, max_L]  T(x_i | x^{i-1})
+    accept_prob = acceptance_probability(target_at, draft_at, withheld)  # (1 - lambda) min(1, T/D)
+    # u < accept_prob compares in float64, as rng.bernoulli
+    accepted = (uniforms[layout.target_index] < accept_prob) & layout.valid  # [B, max_L]
+    n = leading_true(accepted)  # [B]  first rejection, or L_b
+    final = final_tokens(
+        target_probs, draft_probs, layout.block_starts + n, layout.draft_entry(n, num_tokens),
+        n == layout.lengths, uniforms[layout.bonus_index], withheld,
+    )  # [B]  correction or bonus token
+    return assemble(x, n, final)
+
+
 @register
 @dataclass(frozen=True)
 class SpeculativeSampling(Verifier):
@@ -102,6 +116,9 @@ class SpeculativeSampling(Verifier):
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
         tokens, n = token_chain(draft_tokens[0], draft_probs[0], target_probs[0], 0.0, generator)
         return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
+
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
+        return token_chain_kernel(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, 0.0)
 
 
 @register
@@ -131,6 +148,11 @@ class SubmaximalCoupling(Verifier):
         )
         return VerifyResult(tokens=tokens, num_accepted=n, draft_index=0, state=None)
 
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
+        return token_chain_kernel(
+            draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len, float(self.fraction)
+        )
+
 
 @register
 @dataclass(frozen=True)
@@ -145,12 +167,19 @@ class GreedyMatch(Verifier):
     name = "greedy"
     description = "temperature 0: accept while the draft matches the target argmax; output = greedy target"
     exact = True
+    deterministic = True
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
-        tokens = []
-        for i, drafted in enumerate(draft_tokens[0].tolist() + [None]):  # rows read up to the first mismatch
-            best = int(target_probs[0, i].argmax())
-            tokens.append(best)
-            if best != drafted:
-                break
-        return VerifyResult(tokens=tokens, num_accepted=len(tokens) - 1, draft_index=0, state=None)
+        length = draft_tokens.shape[1]  # the kernel on one row: it draws nothing, enumeration has no branch to replay
+        out = self.kernel(draft_tokens[0], None, target_probs[0], torch.tensor([length]), None, length)
+        n = int(out.num_accepted[0])
+        return VerifyResult(tokens=out.output_tokens[0, : n + 1].tolist(), num_accepted=n, draft_index=0, state=None)
+
+    def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
+        """Every row of a batch: accept while x_i = argmax T(. | x^{i-1}); the extra token is the
+        argmax at the first mismatch or after the draft. ``draft_probs`` and ``uniforms`` are unread."""
+        layout = ragged(cu_num_draft_tokens, draft_token_ids.shape[0], max_draft_len)
+        best = target_probs.argmax(dim=-1)  # [num_tokens + B]
+        x = draft_token_ids[layout.draft_index]  # [B, max_L]
+        n = leading_true((x == best[layout.target_index]) & layout.valid)  # [B]
+        return assemble(x, n, best[layout.block_starts + n])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -49,6 +50,9 @@ def decode(
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads.", show_default="torch's choice")] = None,
 ) -> int:
     """Sweep methods x K x L x temperature on a prompt set: acceptance, block efficiency, speedup, report and plots."""
+    for flag, folder in (("--out", out), ("--plots-dir", plots_dir), ("--cache", cache)):
+        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+            raise ValueError(f"{flag} {folder!r} is a file; name a folder (it is created if missing)")
     quiet_transformers()
     from ...bench import decode as bench
 

@@ -16,9 +16,10 @@ __all__ = ["ot"]
 def ot(
     ctx: typer.Context,
     top_k: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Top-k truncations of the draft.")] = [10, 100, 1000],
-    drafts: Annotated[list[int], typer.Option(min=1, metavar="N...", help="Numbers of i.i.d. drafts.")] = [2, 3, 4, 5],
-    methods: Annotated[list[str], typer.Option(metavar="METHOD...", help="Method names of draftverify.ot.solve; "
-                                               "gr@TOL sets gr's tol.")] = ["lp", "maxflow", "maxflow-cs", "gr@0.001", "gr@0.0001"],
+    num_drafts: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Numbers of i.i.d. drafts K.")] = [2, 3, 4, 5],
+    methods: Annotated[list[str], typer.Option(metavar="METHOD...", help="Solvers of draftverify.ot.solve, in the "
+                                               "method grammar: lp, or ot(solver=gr,tol=1e-3).")] = [
+                                                   "lp", "maxflow", "maxflow-cs", "ot(solver=gr,tol=0.001)", "ot(solver=gr,tol=0.0001)"],
     tokens: Annotated[int, typer.Option(min=1, help="Tokens (distribution pairs) per cell.")] = 40,
     cell_seconds: Annotated[float, typer.Option(callback=above(0), help="Stop a method in a cell after this much solve time.")] = 20.0,
     repeats: Annotated[int, typer.Option(min=1, help="Solves per token; the fastest counts (one-off interference drops out).")] = 3,
@@ -27,8 +28,8 @@ def ot(
         "(cells above are skipped).")] = (300_000, 4_000_000, 4_000_000),
     source: Annotated[Literal["synthetic", "pair"], typer.Option(
         help="synthetic: LM-like pairs; pair: the embedded model pair on HumanEval continuations.")] = "synthetic",
-    prompts: Annotated[int, typer.Option(min=1, help="With --source pair: HumanEval prompts the positions come from.")] = 4,
-    vocab_size: Annotated[int, typer.Option(min=2, help="With --source synthetic: the vocabulary V.")] = 32000,
+    num_prompts: Annotated[int, typer.Option(min=1, help="With --source pair: HumanEval prompts the positions come from.")] = 4,
+    vocab: Annotated[int, typer.Option(min=2, help="With --source synthetic: the vocabulary V.")] = 32000,
     noise: Annotated[float, typer.Option(min=0.0, help="With --source synthetic: the standard deviation of the draft logits around the target's.")] = 0.65,
     seed: Seed = 0,
     json: Annotated[str | None, typer.Option(metavar="FILE", help="Write the JSON results here.",

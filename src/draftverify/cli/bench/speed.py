@@ -15,7 +15,7 @@ __all__ = ["speed"]
 
 def speed(
     ctx: typer.Context,
-    prompts: Annotated[int, typer.Option(min=1, help="The first N HumanEval prompts.")] = 8,
+    num_prompts: Annotated[int, typer.Option(min=1, help="The first N HumanEval prompts.")] = 8,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens each method generates per prompt.")] = 128,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature of draft and target.")] = 1.0,
     draft_length: Annotated[int, typer.Option(min=1, help="L for every method.")] = 4,

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from .._command import namespace
+from .._options import JsonFile
 from .._progress import progress_bar
 
 __all__ = ["verify"]
@@ -21,8 +22,7 @@ def verify(
     batch_vocab: Annotated[int, typer.Option(min=2, help="V of the batch throughput rows.")] = 32000,
     batch_draft_length: Annotated[int, typer.Option(min=1, help="L of the batch throughput rows.")] = 4,
     threads: Annotated[int, typer.Option(min=1, help="Torch threads (1: per-call latency).")] = 1,
-    output: Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON report to this file.",
-                                               show_default="none")] = None,
+    json: JsonFile = None,
 ) -> int:
     """Microseconds per verify call against a numpy loop of sd, and batch throughput."""
     from ...bench import verify_speed

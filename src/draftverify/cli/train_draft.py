@@ -1,0 +1,32 @@
+"""`draftverify train-draft`: build the default target's draft (teacher labelling, then distillation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+__all__ = ["train_draft"]
+
+
+def train_draft(
+    output: Annotated[Path, typer.Option(help="Where the draft is written (a transformers folder).")] = Path("smollm2-draft"),
+    workdir: Annotated[Path, typer.Option(help="Teacher shards and the draft's checkpoint; rerunning resumes from it.")]
+    = Path("smollm2-draft-work"),
+    target: Annotated[str, typer.Option(help="The target: 'smollm2' (the default pair's) or a .gguf file.")] = "smollm2",
+    label_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the teacher labelling.")] = 50.0,
+    train_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the distillation.")] = 35.0,
+    steps: Annotated[int, typer.Option(min=1, help="Distillation steps (the learning-rate schedule's length).")] = 900,
+) -> int:
+    """Label chat answers with the target and distill a small draft on them (resumable)."""
+    from ..models.gguf import converted_folder
+    from ..train.draft import DraftConfig
+    from ..train.draft_pipeline import train_draft as run
+
+    folder = converted_folder(None if target == "smollm2" else target)
+    record = run(folder, workdir, output, label_minutes=label_minutes, train_minutes=train_minutes,
+                 draft=DraftConfig(steps=steps))
+    print(f"draft written to {output}: {record['answer_tokens']} answer tokens, step {record['last_step'].get('step')}")
+    return 0

@@ -1,0 +1,52 @@
+"""``draftverify train-draft``: label with the target, distill the draft, save it, resumable.
+
+Two long stages, each bounded in minutes and resumed from its own files in ``workdir``
+(``teacher/shard-*.npz``, ``draft/checkpoint.pt``), so a run cut short by a session's end goes on
+from where it stopped: (1) the target answers chat prompts from the standard library
+(:mod:`.teacher`); (2) the draft is distilled on those answers (:mod:`.draft`). The draft is
+saved in float16 (half the bytes; it is loaded as float32) with ``training.json`` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .draft import DraftConfig, distill_draft, draft_model, load_shards
+from .teacher import TeacherConfig, chat_prompts, label_shards
+
+__all__ = ["train_draft"]
+
+
+def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minutes: float, train_minutes: float,
+                teacher: TeacherConfig = TeacherConfig(), draft: DraftConfig = DraftConfig(),
+                log: Callable[[str], None] = print) -> dict:
+    """Run both stages for the target in ``target_folder`` (a transformers folder with its chat
+    tokenizer) and write the draft to ``output``; returns what ``training.json`` records."""
+    from transformers import AutoModelForCausalLM
+
+    from ..models.hf import TransformersModel
+
+    began = time.time()
+    target = TransformersModel.from_pretrained(target_folder)
+    shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,
+                          deadline=time.time() + label_minutes * 60)
+    log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
+    rows = load_shards(workdir / "teacher")
+    model = draft_model(target.model, draft)
+    figures = distill_draft(model, rows, draft, workdir / "draft", log=log, deadline=time.time() + train_minutes * 60)
+    output.mkdir(parents=True, exist_ok=True)
+    model.to(torch.float16).save_pretrained(output)
+    record = {
+        "teacher": asdict(teacher), "draft": asdict(draft), "last_step": figures,
+        "answers": len(rows), "answer_tokens": int(sum(len(r[2]) for r in rows)),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    (output / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+    AutoModelForCausalLM.from_pretrained(output, dtype=torch.float32)  # it loads back
+    return record

@@ -1,0 +1,163 @@
+"""Teacher data for a draft of a real target: the target's own answers with its distributions.
+
+A draft is accepted where it agrees with the target on the target's own text, so the training data
+is what the target says (DistillSpec, Zhou et al. 2024, section 3: on-policy data for the teacher;
+here the teacher's samples): chat prompts built from the Python standard library (functions with
+their docstrings; files hashed into the held-out split are never used, see
+:func:`~draftverify.train.corpus.is_heldout`), answered by the target at temperature 1, and at
+every answered position the target's ``top_k`` most likely tokens with their probabilities (the
+rest of the mass is kept as one number). Shards are written as ``shard-NNNNN.npz`` and a resumed
+run starts after the last complete shard.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .corpus import split_corpus
+
+__all__ = ["TeacherConfig", "chat_prompts", "label_shards"]
+
+_TASKS = (
+    "Write a Python function `{name}({args})`: {doc}",
+    "Implement `{name}({args})` in Python. {doc}",
+    "Explain what this Python function does:\n\n```python\n{source}\n```",
+    "Write a docstring and tests for this function:\n\n```python\n{source}\n```",
+)
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """Sampling settings of the labelling run."""
+
+    batch_size: int = 32
+    max_new_tokens: int = 160
+    top_k: int = 32
+    prompts_per_shard: int = 32
+    max_prompt_tokens: int = 192
+    seed: int = 0
+
+
+def chat_prompts(split: str = "train", seed: int = 0) -> list[str]:
+    """User messages built from the standard library's documented functions, shuffled by ``seed``;
+    ``split`` is ``"train"`` or ``"heldout"`` (by file, as the corpus split; a held-out message that
+    is also a training message, a function copied between files, is dropped)."""
+    corpus = split_corpus()
+    names = corpus.train if split == "train" else corpus.heldout
+    rng = random.Random(seed)
+    prompts = []
+    for text in corpus.read(names):
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            doc = ast.get_docstring(node)
+            if not doc or node.end_lineno - node.lineno > 14:
+                continue
+            source = "\n".join(lines[node.lineno - 1: node.end_lineno])
+            first = doc.strip().split("\n\n")[0].replace("\n", " ")
+            task = rng.choice(_TASKS)
+            prompts.append(task.format(name=node.name, args=ast.unparse(node.args), doc=first, source=source))
+    rng.shuffle(prompts)
+    if split != "train":
+        seen = set(chat_prompts("train", seed))
+        prompts = [p for p in prompts if p not in seen]
+    return prompts
+
+
+@torch.no_grad()
+def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int, top_k: int,
+                 generator: torch.Generator) -> tuple[list[list[int]], torch.Tensor, torch.Tensor]:
+    """Sample answers to ``prompts`` (token lists) from ``model`` (a :class:`LanguageModel`) at
+    temperature 1, all rows at once: left-padded prompts in one call, then one token per call.
+
+    Returns each row's answer (up to and including eos), and the top-k ids and probabilities of the
+    distribution every answer token was drawn from, ``[B, A, k]``."""
+    rows, width = len(prompts), max(map(len, prompts))
+    tokens = torch.zeros(rows, width, dtype=torch.int64)
+    valid = torch.zeros(rows, width, dtype=torch.bool)
+    for b, prompt in enumerate(prompts):
+        tokens[b, width - len(prompt):] = torch.tensor(prompt)
+        valid[b, width - len(prompt):] = True
+    cache = model.new_cache(rows)
+    logits = model.forward(cache, tokens, valid)[:, -1]  # [B, V]
+    drawn, top_ids, top_probs = [], [], []
+    finished = torch.zeros(rows, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        probs = torch.softmax(logits.double(), -1)  # [B, V]
+        token = torch.multinomial(probs, 1, generator=generator)[:, 0]  # [B]
+        top = torch.topk(probs, top_k, -1)
+        drawn.append(token), top_ids.append(top.indices.to(torch.int32)), top_probs.append(top.values.float())
+        finished |= token == eos
+        if bool(finished.all()):
+            break
+        logits = model.forward(cache, token[:, None])[:, -1]
+    drawn_tokens = torch.stack(drawn, 1).tolist()  # [B, A]
+    answers = [row[: row.index(eos) + 1] if eos in row else row for row in drawn_tokens]
+    return answers, torch.stack(top_ids, 1), torch.stack(top_probs, 1)
+
+
+def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, log=print,
+                 deadline: float | None = None) -> int:
+    """Answer ``prompts`` with ``target`` (a ``TransformersModel`` with a chat tokenizer) and write
+    shards to ``out``; returns the number of shards written in this call.
+
+    Each shard holds ``tokens`` [n, S] int32 (prompt then answer, right-padded with -1),
+    ``answer_start`` [n], ``answer_length`` [n], ``top_ids`` [n, A, k] int32 and ``top_probs``
+    [n, A, k] float16 (A answer positions: the distribution each answer token was drawn from)."""
+    tokenizer = target.tokenizer
+    out.mkdir(parents=True, exist_ok=True)
+    done = len(list(out.glob("shard-*.npz")))
+    per_shard = config.prompts_per_shard
+    written = 0
+    for shard in range(done, len(prompts) // per_shard):
+        if deadline is not None and time.time() > deadline:
+            break
+        start = time.time()
+        rows: dict[str, list] = {"tokens": [], "answer_start": [], "top_ids": [], "top_probs": [], "answer_length": []}
+        for first in range(shard * per_shard, (shard + 1) * per_shard, config.batch_size):
+            batch = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                   add_generation_prompt=True)
+                     for p in prompts[first: first + config.batch_size]]
+            ids = [tokenizer.encode(text)[-config.max_prompt_tokens:] for text in batch]
+            generator = torch.Generator().manual_seed(config.seed * 1_000_003 + first)
+            answers, top_ids, top_probs = answer_batch(target, ids, config.max_new_tokens, target.eos_token_id,
+                                                       config.top_k, generator)
+            for b, answer in enumerate(answers):
+                rows["tokens"].append(np.array(ids[b] + answer, dtype=np.int32))
+                rows["answer_start"].append(len(ids[b]))
+                rows["answer_length"].append(len(answer))
+                rows["top_ids"].append(top_ids[b, : len(answer)].numpy())
+                rows["top_probs"].append(top_probs[b, : len(answer)].numpy().astype(np.float16))
+        _save(out / f"shard-{shard:05d}.npz", rows, config.top_k)
+        written += 1
+        tokens = sum(rows["answer_length"])
+        log(f"shard {shard}: {tokens} answer tokens in {time.time() - start:.0f} s "
+            f"({tokens / (time.time() - start):.1f} tokens/s)")
+    return written
+
+
+def _save(path: Path, rows: dict[str, list], top_k: int) -> None:
+    n, seq, ans = len(rows["tokens"]), max(map(len, rows["tokens"])), max(rows["answer_length"])
+    tokens = np.full((n, seq), -1, dtype=np.int32)
+    top_ids = np.zeros((n, ans, top_k), dtype=np.int32)
+    top_probs = np.zeros((n, ans, top_k), dtype=np.float16)
+    for i in range(n):
+        tokens[i, : len(rows["tokens"][i])] = rows["tokens"][i]
+        top_ids[i, : rows["answer_length"][i]] = rows["top_ids"][i]
+        top_probs[i, : rows["answer_length"][i]] = rows["top_probs"][i]
+    partial = path.parent / f".{path.name}"  # not matched by shard-*.npz until renamed
+    np.savez(partial, tokens=tokens, answer_start=np.array(rows["answer_start"]),
+             answer_length=np.array(rows["answer_length"]), top_ids=top_ids, top_probs=top_probs)
+    partial.rename(path)

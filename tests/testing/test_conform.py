@@ -1,0 +1,155 @@
+"""conform: every probe fails its broken twin (the nine defect classes of issue 25 among them), our
+exact verifiers pass every check, transformers' findings stay found, and whatever an implementation
+does wrong (raise, hang, malformed output) is reported, never raised."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from draftverify.testing import conform
+from draftverify.testing.conform_probes import PROBES
+
+from . import conform_twins as twins
+
+# (twin, the check that must fail it): the nine defect classes of the issue first
+SCRIPTED_TWINS = [
+    (twins.LessOrEqualCoin, "uniform-zero"),  # sglang#35771
+    (twins.NaNLeaksTokenZero, "nan-inf"),  # vllm#41834
+    (twins.SeedWithoutEffect, "seeds"),  # vllm#13196
+    (twins.AdvancedForEmptyRows, "zero-draft-rows"),  # vllm-ascend#13608
+    (twins.GlobalRandom, "seeds"),
+    (twins.FlooredRatio, "zero-target-draft"),
+    (twins.UnnormalisedDraw, "uniform-top"),
+    (twins.NoFallback, "empty-residual"),
+    (twins.SmoothedResidual, "one-hot-target"),
+    (twins.AbsoluteResidual, "disjoint-supports"),
+    (twins.TargetOffsetWithoutRow, "ragged-batch"),
+]
+LAW_TWINS = [
+    twins.TargetWarpedOnly,  # vllm#9834
+    twins.BlockWithTokenCriterion,  # vllm-ascend#7807
+    twins.UniformZero,  # vllm-ascend#13730
+    twins.GreedyDraftAssumed,  # transformers#32867
+    twins.DraftLawNotSampled,  # transformers#47932
+]
+
+
+def test_every_probe_has_a_twin_it_fails():
+    assert {check for _, check in SCRIPTED_TWINS} | {"law"} == set(PROBES)
+    assert len(PROBES) >= 10
+
+
+@pytest.mark.parametrize("twin,check", SCRIPTED_TWINS, ids=lambda x: getattr(x, "__name__", x))
+def test_probe_fails_its_twin_and_passes_the_plain_sd(twin, check):
+    failed = conform(twin(), layout="flattened", checks=[check]).checks[0]
+    assert failed.status == "fail" and failed.detail
+    assert conform(twins.FlatSD(), layout="flattened", checks=[check]).checks[0].status == "pass"
+
+
+def test_support_failures_carry_their_effect_on_the_law():
+    found = conform(twins.LessOrEqualCoin(), layout="flattened", checks=["uniform-zero"]).checks[0]
+    # drafted token 2 (draft probability 0.3) accepted at u = 0: the row's two float64 uniforms scripted
+    assert "0.3 x 2^-106" in found.effect
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("twin", LAW_TWINS, ids=lambda t: t.__name__)
+def test_law_check_fails_the_twins_no_probe_reaches(twin):
+    law = conform(twin(), layout="flattened", checks=["law"], samples=2000).checks[0]
+    assert law.status == "fail", law.detail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("implementation,options", [
+    ("draftverify", {}),
+    ("draftverify", {"method": "bv"}),
+    ("draftverify", {"method": "submaximal"}),
+    ("draftverify", {"method": "gbv"}),
+    ("draftverify", {"method": "multidraft-bv"}),
+    (twins.FlatSD(), {"layout": "flattened"}),
+])
+def test_exact_verifiers_pass_every_check(implementation, options):
+    report = conform(implementation, samples=800, **options)
+    assert report.passed, report.table()
+    applicable = {c.name for c in report.checks if c.status == "pass"}
+    assert applicable >= set(PROBES) - {"zero-draft-rows", "ragged-batch"}
+
+
+def test_contract_layout_takes_any_object_with_verify():
+    from draftverify import get_verifier
+
+    report = conform(get_verifier("sd"), layout="contract", checks=["uniform-zero", "seeds", "zero-draft-rows"])
+    assert {c.name: c.status for c in report.checks} == {"uniform-zero": "pass", "seeds": "pass", "zero-draft-rows": "n/a"}
+
+
+def test_transformers_findings():
+    pytest.importorskip("transformers")
+    report = conform("transformers", checks=["uniform-zero", "empty-residual", "nan-inf", "seeds"])
+    status = {c.name: c for c in report.checks}
+    # r_i <= p_i / q_i with a float32 r_i of exactly 0 (probability 2^-24) accepts a zero-target draft
+    assert status["uniform-zero"].status == "fail" and "2^-24" in status["uniform-zero"].effect
+    # equal laws at different logit offsets: float32 softmax leaves (p - q)_+ = 0, then 0 / 0
+    assert status["empty-residual"].status == "fail" and "RuntimeError" in status["empty-residual"].detail
+    assert status["nan-inf"].status == "pass" and status["seeds"].status == "pass"
+    assert not report.passed
+
+
+class _Raises:
+    def verify(self, *args, **kwargs):
+        raise RuntimeError("boom")
+
+
+def _wrong_shape(draft_token_ids, draft_probs, target_probs, cu, uniforms, max_draft_len):
+    return torch.zeros(cu.shape[0], max_draft_len, dtype=torch.int64)
+
+
+def _floats(draft_token_ids, draft_probs, target_probs, cu, uniforms, max_draft_len):
+    return torch.zeros(cu.shape[0], max_draft_len + 1)
+
+
+def _hangs(*args):
+    time.sleep(30)
+
+
+def _gap_after_pad(draft_token_ids, draft_probs, target_probs, cu, uniforms, max_draft_len):
+    out = twins.FlatSD()(draft_token_ids, draft_probs, target_probs, cu, uniforms, max_draft_len)
+    out[:, -1] = 1  # a token after the pad id
+    return out
+
+
+@pytest.mark.parametrize("implementation,layout,words", [
+    (_Raises(), "contract", "raised RuntimeError: boom"),
+    (_wrong_shape, "flattened", "returned shape"),
+    (_floats, "flattened", "not an integer tensor"),
+    (_hangs, "flattened", "did not return within the time limit of 0.2 s"),
+    (_gap_after_pad, "flattened", "tokens after the pad id"),
+])
+def test_misbehaviour_is_reported_as_a_failed_check(implementation, layout, words):
+    report = conform(implementation, layout=layout, checks=["uniform-top", "seeds"], time_limit=0.2)
+    assert all(c.status == "fail" for c in report.checks) and not report.passed
+    assert any(words in c.detail for c in report.checks), report.table()
+
+
+def test_module_function_is_loaded_from_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "my_sampler.py").write_text("def verify(*args):\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    report = conform("my_sampler:verify", layout="flattened", checks=["seeds"])
+    assert report.checks[0].status == "fail" and "NoneType" in report.checks[0].detail
+
+
+@pytest.mark.parametrize("arguments,words", [
+    ({"implementation": "transformers", "layout": "flattened"}, "conflicts"),
+    ({"implementation": "transformers", "method": "bv"}, "conflicts"),
+    ({"implementation": "no_such_module_here:fn", "layout": "flattened"}, "cannot import"),
+    ({"implementation": "draftverify.testing:nothing", "layout": "flattened"}, "no attribute"),
+    ({"implementation": "draftverify.testing:conform", "layout": None}, "layout"),
+    ({"implementation": "draftverify.testing:conform", "layout": "contract"}, "no verify"),
+    ({"implementation": "draftverify", "checks": ["nope"]}, "unknown nope"),
+    ({"implementation": "draftverify", "samples": 0}, "samples"),
+])
+def test_usage_errors_are_value_errors(arguments, words):
+    with pytest.raises(ValueError, match=words):
+        conform(**arguments)

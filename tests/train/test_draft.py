@@ -1,0 +1,84 @@
+"""The real target's draft: teacher answers, the bucketed losses, initialisation and resuming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from draftverify.models import TransformersModel
+from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+from draftverify.train.draft import DraftConfig, bucket_losses, distill_draft, draft_model, load_shards
+from draftverify.train.draft_pipeline import train_draft
+from draftverify.train.teacher import TeacherConfig, answer_batch, chat_prompts
+
+
+@pytest.fixture(scope="module")
+def target_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("target")
+    tokenizer = char_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}:"
+    tiny_causal_lm(len(tokenizer), arch="llama", width=32, dtype=torch.float32).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_bucket_losses_are_zero_for_the_teacher_itself_and_bounded():
+    logits = torch.randn(5, 12)
+    probs = torch.softmax(logits, -1)
+    top = torch.topk(probs, 4, -1)
+    cross_entropy, variation = bucket_losses(logits, top.indices, top.values)
+    rest = 1 - top.values.sum(1)
+    entropy = -(top.values * top.values.log()).sum(1) - rest * rest.log()
+    torch.testing.assert_close(cross_entropy, entropy.mean())  # the bucketed entropy: its minimum
+    assert float(variation) < 1e-6
+    outside = torch.full((5, 12), -1e4).scatter(1, top.indices, -2e4)  # the draft's mass off the teacher's top-4
+    _, far = bucket_losses(outside, top.indices, top.values)
+    torch.testing.assert_close(far, (1 - rest).mean())  # TV = 1/2 (sum_k T_k + |r - 1|) = 1 - r
+
+
+def test_answers_come_with_the_law_they_were_drawn_from(target_folder):
+    target = TransformersModel.from_pretrained(target_folder)
+    prompts = [target.tokenizer.encode("def add(a"), target.tokenizer.encode("x")]
+    answers, ids, probs = answer_batch(target, prompts, 6, target.eos_token_id, 3, torch.Generator().manual_seed(0))
+    assert ids.shape == probs.shape == (2, len(max(answers, key=len)), 3)
+    cache = target.new_cache(1)  # the second row alone, teacher-forced: the same top-3
+    logits = target.forward(cache, torch.tensor([prompts[1] + answers[1][:-1]]), num_logits=len(answers[1]))[0]
+    expected = torch.topk(torch.softmax(logits.double(), -1), 3, -1)
+    torch.testing.assert_close(probs[1, : len(answers[1])], expected.values.float(), atol=1e-5, rtol=1e-4)
+
+
+def test_a_run_resumes_and_writes_a_loadable_draft(target_folder, tmp_path, monkeypatch):
+    from draftverify.train import draft_pipeline
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 4)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    config = DraftConfig(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, batch_size=2, steps=3,
+                         checkpoint_every=1)
+    record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
+                         teacher=teacher, draft=config, log=lambda _: None)
+    assert len(list((tmp_path / "work" / "teacher").glob("shard-*.npz"))) == 2 and record["answers"] == 8
+    assert record["last_step"]["step"] == 3
+    rows = load_shards(tmp_path / "work" / "teacher")
+    resumed = distill_draft(draft_model(tiny_causal_lm(len(char_tokenizer()), arch="llama", width=32,
+                                                       dtype=torch.float32), config),
+                            rows, config, tmp_path / "work" / "draft", log=lambda _: None)
+    assert resumed == {}  # the checkpoint is at the last step: nothing left to do
+    drafted = TransformersModel.from_pretrained(tmp_path / "out")
+    assert drafted.vocab_size == len(char_tokenizer())
+
+
+def test_the_draft_starts_from_the_target_embedding():
+    target = tiny_causal_lm(40, arch="llama", width=32, dtype=torch.float32)
+    draft = draft_model(target, DraftConfig(hidden=8, layers=1, heads=2, kv_heads=1, intermediate=16))
+    embedding = target.get_input_embeddings().weight.detach()
+    centred = embedding - embedding.mean(0)
+    ours = draft.get_input_embeddings().weight.detach()
+    # the projection keeps the centred embedding's 8 leading directions: Gram matrices agree there
+    top = torch.linalg.svdvals(centred)[:8]
+    torch.testing.assert_close(torch.linalg.svdvals(ours - ours.mean(0)), top, atol=1e-4, rtol=1e-4)
+
+
+def test_heldout_prompts_are_not_training_prompts():
+    train, heldout = set(chat_prompts("train")), set(chat_prompts("heldout"))
+    assert train and heldout and not train & heldout
