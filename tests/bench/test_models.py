@@ -9,14 +9,14 @@ from draftverify.bench.models import ModelSettings, load_models
 
 
 def test_both_draft_kinds_load_with_the_target_vocabulary():
-    target, drafts, tokenizer = load_models(ModelSettings(drafts=("draft", "ngram")))
+    target, drafts, tokenizer = load_models(ModelSettings(target="tiny", drafts=("draft", "ngram")))
     assert sorted(drafts) == ["draft", "ngram"]
     assert all(model.vocab_size == target.vocab_size for model in drafts.values())
     assert tokenizer.decode(tokenizer.encode("def f(x):")) == "def f(x):"
 
 
 def test_the_ngram_drafter_alone_loads_without_the_transformer_draft():
-    _, drafts, _ = load_models(ModelSettings(drafts=("ngram",)))
+    _, drafts, _ = load_models(ModelSettings(target="tiny", drafts=("ngram",)))
     assert list(drafts) == ["ngram"]
 
 

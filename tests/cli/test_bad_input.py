@@ -23,6 +23,7 @@ CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_prob
         (["bench", "decode", "--methods"], "bench decode", ["--methods"]),
         (["bench", "decode", "--out", "/dev/null"], "bench decode", ["--out", "is a file"]),
         (["bench", "model-cost", "--accepted", "5"], "bench model-cost", ["--accepted", "--draft-length"]),
+        (["bench", "panel-mm", "--shape", "576"], "bench panel-mm", ["--shape"]),
         (["check", "sd", "--tokens", "0"], "check", ["--tokens"]),
         (["check", "sd", "--vocab", "10", "--tokens", "6"], "check", ["--tokens"]),
         (["check", "greedy"], "check", ["greedy", "temperature"]),

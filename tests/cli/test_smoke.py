@@ -97,7 +97,10 @@ SLOW = [
     (["bench", "ot", "--source", "pair", "--num-prompts", "1", "--tokens", "1", "--top-k", "4", "--num-drafts", "2",
       "--methods", "lp", "--repeats", "1"], 0),
     (["bench", "model-cost", "--repeats", "1", "--prompt-length", "8", "--draft-length", "2", "--accepted", "1",
-      "--threads", "1", "--json", "{tmp}/model-cost.json"], 0),
+      "--threads", "1", "--target", "{toy}/target", "--draft", "{toy}/draft", "--kv-cache", "static",
+      "--json", "{tmp}/model-cost.json"], 0),
+    (["bench", "panel-mm", "--shape", "64x48", "--rows", "1", "2", "--megabytes", "1", "--repeats", "1",
+      "--threads", "1", "--json", "{tmp}/panel.json"], 0),
     (["train-draft", "--label-minutes", "0", "--train-minutes", "0", "--steps", "1", "--target", "smollm2",
       "--output", "{tmp}/draft", "--workdir", "{tmp}/draft-work"], 2),  # no teacher shards yet: a clear error
     (["train-pair", "--quick", "--workdir", "{tmp}/train", "--output", "{tmp}/pair", "--seed", "0", "--steps", "2",

@@ -104,7 +104,7 @@ def test_eos_and_stop_strings_end_a_row():
         assert r.finish_reason in ("eos", "length")
         assert (r.tokens[-1] == 0) == (r.finish_reason == "eos") and 0 not in r.tokens[:-1]
     stopped = generate(target, draft, [2, 3], "bv", max_new_tokens=40, stop="ba", tokenizer=tokenizer,
-                       eos_token_id=-1, seed=1)
+                       ignore_eos=True, seed=1)
     assert stopped.finish_reason == "stop" and stopped.text.endswith("ba") and stopped.text.count("ba") == 1
 
 

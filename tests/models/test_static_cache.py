@@ -86,11 +86,19 @@ def test_crop_moves_a_pointer_and_reindex_copies_only_when_rows_change(raw):
     assert cache.backend.keys[0] is not keys and cache.backend.capacity == 32
 
 
-def test_hooks_on_the_output_layer_see_its_input_and_the_packed_kernels_agree(raw):
+@pytest.mark.parametrize("kernel", ["eager", "panel"])
+def test_hooks_on_the_output_layer_see_its_input_and_the_packed_kernels_agree(raw, kernel):
     from draftverify.models.gpt2 import onednn_packing
+    from draftverify.models.panel_mm import PanelLinear
+    from draftverify.models.panel_mm import kernel as panel_kernel
 
-    model = TransformersModel(raw)
-    assert (model._lean.head.packed is not None) == onednn_packing()  # float32: packed when possible
+    if kernel == "panel" and not panel_kernel().compiled:
+        pytest.skip(f"panel kernel unavailable: {panel_kernel().reason}")
+    model = TransformersModel(raw, kernel=kernel)
+    if kernel == "eager":
+        assert (model._lean.head.packed is not None) == onednn_packing()  # float32: packed when possible
+    else:
+        assert isinstance(model._lean.head, PanelLinear)
     tokens = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(2))
     plain = model.forward(model.new_cache(2), tokens, None, 3)  # [B, 3, V]: packed kernels (6 rows per call)
     seen = []

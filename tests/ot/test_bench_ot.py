@@ -33,7 +33,7 @@ def test_pair_source_yields_distribution_pairs_of_the_embedded_vocabulary():
 
     from draftverify.bench.ot import distributions
 
-    pairs, meta = distributions(SimpleNamespace(source="pair", tokens=4, prompts=2, seed=0))
+    pairs, meta = distributions(SimpleNamespace(source="pair", tokens=4, num_prompts=2, seed=0))
     assert meta["source"] == "pair" and meta["tokens"] == len(pairs) == 4 and meta["prompts"] == 2
     vocab = meta["vocab_size"]
     for target, draft in pairs:

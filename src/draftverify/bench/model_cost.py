@@ -1,13 +1,18 @@
-"""Per-call cost of the models the engine calls: the target scoring L + 1 tokens against one token,
-and one draft step against one target token (the draft/target cost ratio c of seed 002's speedup
-formula), for each KV cache backend, interleaved in one run.
+"""Per-call cost of the models the engine calls: the target scoring L + 1 tokens against one token
+(r), and one draft step against one target token (the draft/target cost ratio c of seed 002's
+speedup formula), for each matrix kernel of the lean forwards (the panel kernel in float32 and
+int8, torch's eager kernels), interleaved in one run; and the one-token call's weight stream in
+bytes per second against a copy bandwidth measured in the same run.
 
 Each call is timed as the engine makes it, cache upkeep included: a one-token forward then the crop
 back to the same length (``ar``, and a draft step); ``score_drafts`` of the pending token plus L
 drafted tokens, ``keep_draft`` with ``accepted`` tokens, and the crop back (a speculative step). The
 cache holds the prompt and stays at that length, so every repeat sees the same work. Variants take
-turns call by call, so load drifts hit all alike; medians over ``--repeats``.
-Goals (issue 13): target call of L + 1 = 5 tokens <= 1.3x a one-token call; c <= 0.12.
+turns call by call, so load drifts hit all alike; medians over ``--repeats``. A speculative step
+keeps ``--accepted`` drafted tokens. The bytes a one-token call streams are its linear and output
+layers' weights as the kernel stores them (int8: a quarter), attention's cache and the norms left out.
+Goals (issue 27, real target, one thread): r(5) <= 1.2, r(9) <= 1.4, r(17) <= 2.0; the one-token
+call at >= 85% of the copy bandwidth (issue 13: c <= 0.12).
 
 Run: ``draftverify bench model-cost`` (JSON then a table).
 """
@@ -22,15 +27,17 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ..models.base import LanguageModel
+from ..models.hf import TransformersModel
+from ..models.panel_mm import kernel
+from ..tables import table_of
 from .output import emit_json
+from .panel_mm import copy_bandwidth
 from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
 __all__ = ["call_costs", "ratios", "run"]
-
-KV_CACHES = ("dynamic", "static")
 
 
 def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> Callable[[], None]:
@@ -62,27 +69,32 @@ def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length:
     return call
 
 
-def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt: list[int], *, repeats: int,
-               draft_length: int, accepted: int, num_drafts: int = 1, seed: int = 0,
+def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], prompt: list[int], *, repeats: int,
+               draft_lengths: list[int], accepted: int, num_drafts: int = 1, seed: int = 0,
                progress: Progress | None = None) -> dict[str, dict[str, float]]:
-    """Median seconds per call of each kind (``target_1``, ``target_{L+1}``, ``draft_1``, and
-    ``draft_phase_{L}``: L draft forwards then one crop, as a step drafts) for each
-    variant (name -> (target, draft)), calls interleaved across variants and kinds; ``progress``
-    (see :mod:`.progress`) follows the rounds. With K = ``num_drafts`` > 1 the target scores K
-    drafts of L tokens and a draft step runs on K rows, as the engine's step does."""
+    """Median seconds per call of each kind (``target_1``, ``target_{L+1}`` for each L, and when the
+    variant has a draft ``draft_1`` and ``draft_phase_{L}``: L draft forwards then one crop, as a step
+    drafts) for each variant (name -> (target, draft or None)), calls interleaved across variants and
+    kinds; ``progress`` (see :mod:`.progress`) follows the rounds. With K = ``num_drafts`` > 1 the
+    target scores K drafts of L tokens and a draft step runs on K rows, as the engine's step does."""
+    if accepted > min(draft_lengths):
+        raise ValueError(f"accepted must be <= every draft_length, got {accepted} > {min(draft_lengths)}")
     generator = torch.Generator().manual_seed(seed)
     calls: dict[tuple[str, str], Callable[[], None]] = {}
-    score_kind = f"target_{draft_length + 1}"
     for name, (target, draft) in variants.items():
         caches = {}
         for role, model in (("target", target), ("draft", draft)):
-            caches[role] = model.new_cache(1)
-            model.forward(caches[role], torch.tensor([prompt]), None, 1)
-        draft.reindex(caches["draft"], [0] * num_drafts)  # the engine's K draft rows
+            if model is not None:
+                caches[role] = model.new_cache(1)
+                model.forward(caches[role], torch.tensor([prompt]), None, 1)
         calls[name, "target_1"] = _one_token(target, caches["target"], generator)
-        calls[name, score_kind] = _score(target, caches["target"], generator, draft_length, accepted, num_drafts)
-        calls[name, "draft_1"] = _one_token(draft, caches["draft"], generator)
-        calls[name, f"draft_phase_{draft_length}"] = _draft_phase(draft, caches["draft"], generator, draft_length)
+        for length in draft_lengths:
+            calls[name, f"target_{length + 1}"] = _score(target, caches["target"], generator, length, accepted, num_drafts)
+        if draft is not None:
+            draft.reindex(caches["draft"], [0] * num_drafts)  # the engine's K draft rows
+            calls[name, "draft_1"] = _one_token(draft, caches["draft"], generator)
+            for length in draft_lengths:
+                calls[name, f"draft_phase_{length}"] = _draft_phase(draft, caches["draft"], generator, length)
     for call in calls.values():  # warm-up
         for _ in range(5):
             call()
@@ -98,42 +110,67 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel]], prompt:
     return out
 
 
-def ratios(costs: dict[str, float], draft_length: int) -> dict[str, float]:
-    """The issue's two ratios from one variant's median costs."""
+def ratios(costs: dict[str, float]) -> dict[str, float]:
+    """r(L + 1) of every scoring call (``r_5``: five tokens against one) and c (when a draft ran)
+    from one variant's median costs."""
     one = costs["target_1"]
-    return {"score_vs_one_token": costs[f"target_{draft_length + 1}"] / one, "draft_cost_c": costs["draft_1"] / one}
+    out = {f"r_{kind.split('_')[1]}": value / one for kind, value in costs.items()
+           if kind.startswith("target_") and kind != "target_1"}
+    if "draft_1" in costs:
+        out["draft_cost_c"] = costs["draft_1"] / one
+    return out
+
+
+def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
+              kv_cache: str) -> dict[str, tuple[TransformersModel, LanguageModel | None]]:
+    """The target model under each matrix kernel (the panel kernel, float32 and int8, where it runs)."""
+    kinds = {"eager": dict(kernel="eager")}
+    if kernel().compiled:
+        kinds |= {"panel": dict(kernel="panel"), "panel_int8": dict(kernel="panel", quantize="int8")}
+    return {name: (TransformersModel(model, tokenizer, kv_cache=kv_cache, **options), draft)
+            for name, options in kinds.items()}
 
 
 def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..models.hf import TransformersModel
     from ..models.pair import load_pair
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
-    pair = load_pair()
-    variants = {
-        kv: (TransformersModel(pair.target.model, pair.tokenizer, kv_cache=kv),
-             TransformersModel(pair.draft.model, kv_cache=kv))
-        for kv in KV_CACHES
-    }
-    prompt = torch.randint(0, pair.target.vocab_size, (args.prompt_length,),
+    status = kernel()
+    if args.target is None:
+        pair = load_pair(None, args.draft)
+        target, draft = pair.target, pair.draft
+    else:  # another target: a draft only when one is named
+        target = TransformersModel.from_pretrained(args.target, kv_cache="dynamic", kernel="eager")
+        draft = None if args.draft is None else TransformersModel.from_pretrained(args.draft)
+    variants = _variants(target.model, target.tokenizer, draft, args.kv_cache)
+    prompt = torch.randint(0, target.vocab_size, (args.prompt_length,),
                            generator=torch.Generator().manual_seed(1)).tolist()
-    costs = call_costs(variants, prompt, repeats=args.repeats, draft_length=args.draft_length, accepted=args.accepted,
-                       progress=progress)
-    rows = [dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c, args.draft_length))
-            for name, c in costs.items()]
-    report = dict(settings=dict(repeats=args.repeats, prompt_length=args.prompt_length, draft_length=args.draft_length,
-                                accepted=args.accepted, threads=torch.get_num_threads()),
-                  goals=dict(score_vs_one_token=1.3, draft_cost_c=0.12), variants=rows)
+    bandwidth = copy_bandwidth()
+    costs = call_costs(variants, prompt, repeats=args.repeats, draft_lengths=args.draft_length,
+                       accepted=args.accepted, progress=progress)
+    rows = []
+    for name, c in costs.items():
+        streamed = variants[name][0].product_bytes
+        rows.append(dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c),
+                         one_token_gb_s=streamed / c["target_1"] / 1e9,
+                         bandwidth_fraction=streamed / c["target_1"] / bandwidth))
+    report = dict(settings=dict(target=args.target or "embedded", draft=args.draft or ("embedded" if draft else None),
+                                repeats=args.repeats, prompt_length=args.prompt_length, draft_lengths=args.draft_length,
+                                accepted=args.accepted, kv_cache=args.kv_cache, threads=torch.get_num_threads()),
+                  kernel=dict(name=status.name, reason=status.reason, load_seconds=status.load_seconds,
+                              built=status.built),
+                  copy_bandwidth_gb_s=bandwidth / 1e9,
+                  goals=dict(r_5=1.2, r_9=1.4, r_17=2.0, bandwidth_fraction=0.85, draft_cost_c=0.12), variants=rows)
     emit_json(report, args.json)
-    score = f"target_{args.draft_length + 1}_ms"
-    print(f"\n{'variant':>8}  {'target 1 ms':>11}  {score.replace('_', ' '):>11}  {'draft 1 ms':>10}  "
-          f"{'score/one':>9}  {'c':>6}")
-    for r in rows:
-        print(f"{r['variant']:>8}  {r['target_1_ms']:11.3f}  {r[score]:11.3f}  {r['draft_1_ms']:10.3f}  "
-              f"{r['score_vs_one_token']:9.2f}  {r['draft_cost_c']:6.3f}")
+    lengths = [length + 1 for length in args.draft_length]
+    print(f"\ncopy bandwidth {bandwidth / 1e9:.1f} GB/s; panel kernel: {status.name}"
+          + (f" ({status.reason})" if status.reason else f" (loaded in {status.load_seconds:.1f} s)"))
+    columns = [("variant", "variant", ""), ("target_1_ms", "target 1 ms", ".3f")]
+    columns += [(f"r_{n}", f"r({n})", ".2f") for n in lengths]
+    columns += [("one_token_gb_s", "GB/s", ".1f"), ("bandwidth_fraction", "of copy", ".2f"), ("draft_cost_c", "c", ".3f")]
+    print(table_of(rows, columns, markdown=False))
     return 0
-

@@ -184,7 +184,7 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int]
         target_seconds[k] = [0.0] * (settings.max_draft_length + 1)
         draft_seconds[k] = [0.0] * (settings.max_draft_length + 1)
         for length in range(1, settings.max_draft_length + 1):
-            costs = call_costs({"pair": (target, draft)}, prompt, repeats=settings.repeats, draft_length=length,
+            costs = call_costs({"pair": (target, draft)}, prompt, repeats=settings.repeats, draft_lengths=[length],
                                accepted=length // 2, num_drafts=k, seed=settings.seed)["pair"]
             target_seconds[k][length] = costs[f"target_{length + 1}"]
             target_seconds[k][0] = costs["target_1"]

@@ -4,12 +4,15 @@ objects), which dominates the cost of small models on a CPU.
 
 GPT-2 (Radford et al. 2019): pre-layer-norm blocks, attention then MLP with tanh-GELU, final layer
 norm, output embedding. The parameters are read once into :class:`GPT2Weights`, so a call does no
-attribute lookups on modules. Each matrix product runs the kernel that was fastest for its row
-count on our CPU (``draftverify bench model-cost``; one thread, 6 x 256 target): ``addmm``
-on the model's own [in, out] weight for one row; oneDNN's matmul on a prepacked copy for more rows
-(the packing ``torch.compile`` applies to frozen linear layers on CPU; 2-4x faster than ``addmm``
-at 5 rows); for the output layer, ``mm`` on a transposed copy for one row (2x faster than
-``F.linear``). The copies are taken once: wrap the model again if its weights change.
+attribute lookups on modules. Every matrix product (each linear layer and the output layer) runs
+the compiled panel kernel of :mod:`.panel_mm` over weights packed once, float32 or weight-only int8
+(``quantize="int8"``). Where that kernel cannot run (or ``DRAFTVERIFY_KERNEL=eager``), the eager
+kernels that were fastest for each row count on our CPU run instead (``draftverify bench
+model-cost``; one thread, 6 x 256 target): ``addmm`` on the model's own [in, out] weight for one
+row; oneDNN's matmul on a prepacked copy for more rows (the packing ``torch.compile`` applies to
+frozen linear layers on CPU; 2-4x faster than ``addmm`` at 5 rows); for the output layer, ``mm`` on
+a transposed copy for one row (2x faster than ``F.linear``); an int8 target there multiplies by its
+dequantized float32 weights. The copies are taken once: wrap the model again if its weights change.
 
 ``torch.compile`` is not used: measured on the embedded target (2-core CPU, under load), compiling
 this function with dynamic shapes took 100 s for the first one-token call and 73 s more for the
@@ -28,7 +31,11 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "onednn_packing", "output_logits"]
+from .panel_mm import PanelLinear, quantize_int8
+from .panel_mm import kernel as panel_kernel
+
+__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
+           "output_logits"]
 
 # store a layer's new keys and values [B, H, S, D]; return the layer's keys and values so far [B, H, T, D]
 KVWrite = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -66,19 +73,42 @@ def onednn_packing() -> bool:
 
 
 class Linear:
-    """``x @ weight + bias`` for x [N, in], weight [in, out], through the kernel fastest for N (module doc)."""
+    """``x @ weight + bias`` for x [N, in], weight [in, out], through the eager kernel fastest for N
+    (module doc); :meth:`of` picks the panel kernel instead where it runs."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None = None):
         self.weight, self.bias = weight, bias  # [in, out], [out] or None
         self.packed = packed  # oneDNN's layout of weight.T, or None
 
     @classmethod
-    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
-        """Pack a float32 weight [in, out] when oneDNN can; others run ``addmm`` only."""
-        pack = weight.dtype == torch.float32 and onednn_packing()
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None, quantize: str | None = None,
+           kernel: str | None = None) -> Linear | PanelLinear:
+        """The product for a weight [in, out]: the panel kernel for float32 weights where it runs
+        (``kernel`` "panel" or "eager" overrides :func:`.panel_mm.kernel`'s choice), else eager:
+        oneDNN-packed when it can, ``addmm`` otherwise. ``quantize="int8"``: the weight-only int8
+        product (eager: over the dequantized weights)."""
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        if kernel not in (None, "panel", "eager"):
+            raise ValueError(f"kernel must be None, 'panel' or 'eager', got {kernel!r}")
+        if weight.dtype != torch.float32 and (quantize is not None or kernel == "panel"):
+            raise ValueError(f"quantize='int8' and kernel='panel' take float32 weights, got {weight.dtype}")
+        if kernel == "panel" and not panel_kernel().compiled:
+            raise ValueError(f"kernel='panel' cannot run here: {panel_kernel().reason}")
+        if weight.dtype == torch.float32 and (panel_kernel().compiled if kernel is None else kernel == "panel"):
+            return PanelLinear(weight, bias, quantize)
         with torch.no_grad():
+            if quantize == "int8":
+                q, scale = quantize_int8(weight)
+                weight = q.float() * scale  # [in, out]: the int8 model's weights
+            pack = weight.dtype == torch.float32 and onednn_packing()
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.t().contiguous(), 5) if pack else None
         return cls(weight, bias, packed)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights a product streams."""
+        return self.weight.numel() * self.weight.element_size()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [N, in] -> [N, out]
         if self.packed is not None and x.shape[0] > 1:
@@ -97,21 +127,26 @@ class GPT2Weights:
     final_norm: tuple[torch.Tensor, torch.Tensor]
     heads: int
     eps: float
-    head: Linear  # the output layer, [E -> V]
+    head: Linear | PanelLinear  # the output layer, [E -> V]
     head_module: torch.nn.Module  # called instead when it has forward hooks (they see its input)
 
     @classmethod
-    def of(cls, model: Any) -> GPT2Weights:
+    def of(cls, model: Any, quantize: str | None = None, kernel: str | None = None) -> GPT2Weights:
+        """The weights of ``model``, every product as :meth:`Linear.of` makes it (same options)."""
         body = model.transformer
+
+        def linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear | PanelLinear:
+            return Linear.of(weight, bias, quantize, kernel)
+
         with torch.no_grad():
             blocks = tuple(
-                (b.ln_1.weight, b.ln_1.bias, Linear.of(b.attn.c_attn.weight, b.attn.c_attn.bias),
-                 Linear.of(b.attn.c_proj.weight, b.attn.c_proj.bias), b.ln_2.weight, b.ln_2.bias,
-                 Linear.of(b.mlp.c_fc.weight, b.mlp.c_fc.bias), Linear.of(b.mlp.c_proj.weight, b.mlp.c_proj.bias))
+                (b.ln_1.weight, b.ln_1.bias, linear(b.attn.c_attn.weight, b.attn.c_attn.bias),
+                 linear(b.attn.c_proj.weight, b.attn.c_proj.bias), b.ln_2.weight, b.ln_2.bias,
+                 linear(b.mlp.c_fc.weight, b.mlp.c_fc.bias), linear(b.mlp.c_proj.weight, b.mlp.c_proj.bias))
                 for b in body.h
             )
             head_module = model.lm_head
-            head = Linear.of(head_module.weight.t().contiguous(), head_module.bias)
+            head = linear(head_module.weight.t().contiguous(), head_module.bias)
         return cls(body.wte.weight, body.wpe.weight, blocks, (body.ln_f.weight, body.ln_f.bias),
                    model.config.n_head, model.config.layer_norm_epsilon, head, head_module)
 
@@ -120,12 +155,22 @@ class GPT2Weights:
         """(layers, key/value heads, head size) of the KV cache."""
         return len(self.blocks), self.heads, self.token_embedding.shape[1] // self.heads
 
+    @property
+    def product_bytes(self) -> int:
+        """Bytes of weights one call streams through its linear and output layers."""
+        return linear_bytes(self.blocks, self.head)
+
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                  num_logits: int) -> torch.Tensor:
         return gpt2_forward(self, write, tokens, positions, mask, num_logits)
 
 
-def output_logits(head: Linear, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+def linear_bytes(layers: tuple[tuple[Any, ...], ...], head: Linear | PanelLinear) -> int:
+    """Bytes of weights of the linear layers in ``layers`` (tuples of a forward's parts) and ``head``."""
+    return head.nbytes + sum(part.nbytes for layer in layers for part in layer if isinstance(part, (Linear, PanelLinear)))
+
+
+def output_logits(head: Linear | PanelLinear, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Logits [B, N, V] of final hidden states x [B, N, E]; through ``module`` when it has forward
     hooks, so they see x (SPRINTER's classifier reads it)."""
     if module._forward_hooks or module._forward_pre_hooks:

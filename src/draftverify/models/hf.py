@@ -68,10 +68,14 @@ class TransformersModel(LanguageModel):
     ``kv_cache``: "static" (GPT-2 and Llama models) or "dynamic"; None picks "static" where it can.
     ``static_length``: slots per row the static cache preallocates (default: sized at the first call,
     doubled when outgrown). GPT-2 and Llama models with the standard options run the lean forwards
-    of :mod:`.gpt2` and :mod:`.llama` (tests check them against the models' own forwards)."""
+    of :mod:`.gpt2` and :mod:`.llama` (tests check them against the models' own forwards), their
+    matrix products through the compiled panel kernel of :mod:`.panel_mm` where it runs (``kernel``:
+    None picks, "panel" or "eager" insists). ``quantize="int8"`` (lean forwards only): weight-only
+    int8 linear and output layers, quantized once from the model's weights; the model's law is then
+    the int8 model's."""
 
     def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,
-                 static_length: int | None = None):
+                 static_length: int | None = None, quantize: str | None = None, kernel: str | None = None):
         from transformers import DynamicCache
 
         self._cache_class = DynamicCache
@@ -84,7 +88,10 @@ class TransformersModel(LanguageModel):
         if eos is None:
             eos = getattr(model.generation_config, "eos_token_id", None)
         self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
-        self._lean = GPT2Weights.of(model) if is_lean_gpt2(model) else LlamaWeights.of(model) if is_lean_llama(model) else None
+        lean = GPT2Weights if is_lean_gpt2(model) else LlamaWeights if is_lean_llama(model) else None
+        if lean is None and (quantize is not None or kernel is not None):
+            raise ValueError(f"{type(model).__name__}: quantize and kernel apply to the lean GPT-2 and Llama forwards only")
+        self._lean = None if lean is None else lean.of(model, quantize, kernel)
         self.kv_cache = kv_cache or ("static" if self._lean is not None else "dynamic")
         if self.kv_cache not in ("static", "dynamic"):
             raise ValueError(f"kv_cache must be 'static' or 'dynamic', got {kv_cache!r}")
@@ -100,12 +107,19 @@ class TransformersModel(LanguageModel):
     @classmethod
     def from_pretrained(
         cls, name_or_path: str | Path, *, tokenizer: str | Path | None = None, dtype: torch.dtype = torch.float32,
-        kv_cache: str | None = None,
+        kv_cache: str | None = None, quantize: str | None = None, kernel: str | None = None,
     ) -> TransformersModel:
-        """Load a model from a local folder (see :func:`resolve_model_path`); the tokenizer from
-        ``tokenizer`` if given, else from the same folder when it has one."""
+        """Load a model from a local folder (see :func:`resolve_model_path`) or a ``.gguf`` file
+        (dequantized to ``dtype``, its tokenizer with it); the tokenizer from ``tokenizer`` if given,
+        else from the same folder when it has one. Other options as the constructor's."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        path = Path(str(name_or_path)).expanduser()
+        if path.suffix == ".gguf" and path.is_file():
+            model = _load(AutoModelForCausalLM, path.parent, "model", dtype=dtype, gguf_file=path.name)
+            tokenizer_object = _load(AutoTokenizer, tokenizer or path.parent, "tokenizer",
+                                     **({} if tokenizer else {"gguf_file": path.name}))
+            return cls(model, tokenizer_object, kv_cache=kv_cache, quantize=quantize, kernel=kernel)
         model = _load(AutoModelForCausalLM, name_or_path, "model", dtype=dtype)
         tokenizer_object = None
         if tokenizer is not None:
@@ -114,7 +128,13 @@ class TransformersModel(LanguageModel):
             folder = Path(str(name_or_path)).expanduser()
             if any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
                 tokenizer_object = _load(AutoTokenizer, folder, "tokenizer")
-        return cls(model, tokenizer_object, kv_cache=kv_cache)
+        return cls(model, tokenizer_object, kv_cache=kv_cache, quantize=quantize, kernel=kernel)
+
+    @property
+    def product_bytes(self) -> int | None:
+        """Bytes of weights one call streams through its linear and output layers (lean forwards;
+        None for others)."""
+        return None if self._lean is None else self._lean.product_bytes
 
     @property
     def _static(self) -> bool:

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .gpt2 import KVWrite, Linear, output_logits
+from .gpt2 import KVWrite, Linear, linear_bytes, output_logits
+from .panel_mm import PanelLinear
 
 __all__ = ["LlamaWeights", "is_lean_llama", "llama_forward"]
 
@@ -44,15 +45,16 @@ class LlamaWeights:
     heads: int
     kv_heads: int
     head_dim: int
-    head: Linear
+    head: Linear | PanelLinear
     head_module: torch.nn.Module
 
     @classmethod
-    def of(cls, model: Any) -> LlamaWeights:
+    def of(cls, model: Any, quantize: str | None = None, kernel: str | None = None) -> LlamaWeights:
+        """The weights of ``model``, every product as :meth:`~.gpt2.Linear.of` makes it (same options)."""
         body, config = model.model, model.config
 
-        def linear(module: torch.nn.Linear) -> Linear:
-            return Linear.of(module.weight.t(), module.bias)  # weight [out, in] -> [in, out]
+        def linear(module: torch.nn.Linear) -> Linear | PanelLinear:
+            return Linear.of(module.weight.t(), module.bias, quantize, kernel)  # weight [out, in] -> [in, out]
 
         with torch.no_grad():
             layers = tuple(
@@ -61,7 +63,7 @@ class LlamaWeights:
                  linear(l.mlp.up_proj), linear(l.mlp.down_proj))
                 for l in body.layers
             )
-            head = Linear.of(model.lm_head.weight.t().contiguous(), model.lm_head.bias)
+            head = Linear.of(model.lm_head.weight.t().contiguous(), model.lm_head.bias, quantize, kernel)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return cls(body.embed_tokens.weight, layers, body.norm, body.rotary_emb, config.num_attention_heads,
                    config.num_key_value_heads, head_dim, head, model.lm_head)
@@ -70,6 +72,11 @@ class LlamaWeights:
     def kv_shape(self) -> tuple[int, int, int]:
         """(layers, key/value heads, head size) of the KV cache."""
         return len(self.layers), self.kv_heads, self.head_dim
+
+    @property
+    def product_bytes(self) -> int:
+        """Bytes of weights one call streams through its linear and output layers."""
+        return linear_bytes(self.layers, self.head)
 
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                  num_logits: int) -> torch.Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from .._command import Command
-from . import decode, model_cost, ot, spectr_gbv, speed, verify_speed
+from . import decode, model_cost, ot, panel_mm, spectr_gbv, speed, verify_speed
 
 __all__ = ["app"]
 
@@ -18,4 +18,5 @@ app.command("speed", cls=Command)(speed.speed)
 app.command("decode", cls=Command)(decode.decode)
 app.command("ot", cls=Command)(ot.ot)
 app.command("model-cost", cls=Command)(model_cost.model_cost)
+app.command("panel-mm", cls=Command)(panel_mm.panel_mm)
 app.command("spectr-gbv", cls=Command)(spectr_gbv.spectr_gbv)

@@ -17,14 +17,18 @@ def model_cost(
     ctx: typer.Context,
     repeats: Annotated[int, typer.Option(min=1, help="Timed calls per kind and variant.")] = 200,
     prompt_length: Annotated[int, typer.Option(min=1, help="Tokens the caches hold.")] = 150,
-    draft_length: Annotated[int, typer.Option(min=1, help="L: the target scores L + 1 tokens.")] = 4,
-    accepted: Annotated[int, typer.Option(min=0, help="Drafted tokens keep_draft keeps.")] = 2,
+    draft_length: Annotated[list[int], typer.Option(min=1, metavar="L...", help="L: the target scores L + 1 tokens.")] = [1, 4, 8, 16],
+    accepted: Annotated[int, typer.Option(min=0, help="Drafted tokens keep_draft keeps.")] = 1,
     threads: Annotated[int, typer.Option(min=1, help="Torch threads.")] = 1,
+    target: Annotated[str | None, typer.Option(help="Target model folder or .gguf file.", show_default="the embedded pair")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model folder (with --target: none unless given).",
+                                              show_default="the embedded pair")] = None,
+    kv_cache: Annotated[str, typer.Option(help="KV cache: static or dynamic.")] = "static",
     json: JsonFile = None,
 ) -> int:
-    """Per-call cost of a target scoring L + 1 tokens against one token, and of a draft step."""
-    if accepted > draft_length:
-        raise ValueError(f"--accepted must be <= --draft-length, got {accepted} > {draft_length}")
+    """Per-call cost of a target scoring L + 1 tokens against one token (r), of a draft step (c), per matrix kernel."""
+    if accepted > min(draft_length):
+        raise ValueError(f"--accepted must be <= every --draft-length, got {accepted} > {min(draft_length)}")
     quiet_transformers()
     from ...bench import model_cost as bench
 

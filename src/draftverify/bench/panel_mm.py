@@ -1,0 +1,121 @@
+"""Microseconds per small-row product x [M, K] @ W [K, N] with W out of cache: the panel kernel
+(float32 and int8, :mod:`draftverify.models.panel_mm`) beside torch.mm (MKL), oneDNN's prepacked
+linear (what the eager lean forwards run) and numpy (OpenBLAS), and a copy bandwidth, in one run.
+
+``copies`` distinct weights of the shape, cycled (together far larger than the L3 cache), so each
+product streams its weights from memory as a model's layers do. Kernels and row counts take turns
+within each round, so load drifts hit all alike; medians over ``--repeats`` rounds. ``r(M)`` is a
+kernel's time for M rows over its own time for one row; ``bandwidth`` its one-row weight bytes per
+second over the copy bandwidth (bytes read plus bytes written per second of a large ``copy_``).
+Goals (issue 27): r(5) <= 1.2, r(9) <= 1.4, r(17) <= 2.0; one row at >= 85% of copy bandwidth.
+
+Run: ``draftverify bench panel-mm`` (JSON then a table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+
+from ..models.panel_mm import PanelLinear, kernel
+from ..tables import table_of
+from .output import emit_json
+from .progress import track
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+__all__ = ["copy_bandwidth", "run", "time_products"]
+
+Product = Callable[[torch.Tensor, int], object]  # (x [M, K], weight index) -> x @ W_index
+
+
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes read plus bytes written per second by ``copy_`` of a buffer far larger than the caches
+    (the best of ``repeats``)."""
+    source = torch.ones(megabytes * 2**18)  # float32: megabytes MiB
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - start)
+    return 2 * source.numel() * 4 / best
+
+
+def _products(weights: list[torch.Tensor]) -> dict[str, Product]:
+    """Each kernel as a call on (x, weight index), its weights prepared once as it needs them."""
+    products: dict[str, Product] = {}
+    if kernel().compiled:
+        panels = [PanelLinear(w, None) for w in weights]
+        int8 = [PanelLinear(w, None, "int8") for w in weights]
+        products["panel"] = lambda x, i: panels[i](x)
+        products["panel_int8"] = lambda x, i: int8[i](x)
+    products["torch_mm"] = lambda x, i: torch.mm(x, weights[i])
+    onednn = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 5) for w in weights]
+    products["onednn"] = lambda x, i: torch.ops.mkldnn._linear_pointwise(x, onednn[i], None, "none", [], "")
+    arrays = [w.numpy() for w in weights]
+    products["numpy"] = lambda x, i: x.numpy() @ arrays[i]
+    return products
+
+
+def time_products(shape: tuple[int, int], rows: list[int], *, copies: int, repeats: int, seed: int = 0,
+                  progress: Progress | None = None) -> dict[str, dict[int, float]]:
+    """Median seconds per product for each kernel and row count (module doc)."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(shape, generator=generator) * shape[0] ** -0.5 for _ in range(copies)]
+    products = _products(weights)
+    inputs = {m: torch.randn(m, shape[0], generator=generator) for m in rows}
+    seconds: dict[tuple[str, int], list[float]] = {(name, m): [] for name in products for m in rows}
+    for name, m in seconds:  # warm-up: every weight once
+        for i in range(copies):
+            products[name](inputs[m], i)
+    for _ in track(progress, range(repeats), f"rounds {shape[0]}x{shape[1]}"):
+        for (name, m), values in seconds.items():
+            product, x = products[name], inputs[m]
+            start = time.perf_counter()
+            for i in range(copies):
+                product(x, i)
+            values.append((time.perf_counter() - start) / copies)
+    out: dict[str, dict[int, float]] = {}
+    for (name, m), values in seconds.items():
+        out.setdefault(name, {})[m] = statistics.median(values)
+    return out
+
+
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+    torch.set_num_threads(args.threads)
+    status = kernel()
+    bandwidth = copy_bandwidth()
+    results = []
+    for k, n in args.shape:
+        copies = max(2, round(args.megabytes * 2**20 / (k * n * 4)))
+        times = time_products((k, n), args.rows, copies=copies, repeats=args.repeats, progress=progress)
+        for name, by_rows in times.items():
+            one = by_rows[args.rows[0]]
+            weight_bytes = k * n * (1 if name == "panel_int8" else 4)
+            results.append(dict(shape=[k, n], kernel=name, copies=copies,
+                                us={m: t * 1e6 for m, t in by_rows.items()},
+                                r={m: t / one for m, t in by_rows.items()},
+                                bandwidth_fraction=weight_bytes / one / bandwidth))
+    report = dict(settings=dict(repeats=args.repeats, megabytes=args.megabytes, threads=torch.get_num_threads(),
+                                rows=args.rows),
+                  kernel=dict(name=status.name, reason=status.reason, load_seconds=status.load_seconds,
+                              built=status.built),
+                  copy_bandwidth_gb_s=bandwidth / 1e9, goals=dict(r5=1.2, r9=1.4, r17=2.0, bandwidth_fraction=0.85),
+                  results=results)
+    emit_json(report, args.json)
+    print(f"\ncopy bandwidth {bandwidth / 1e9:.1f} GB/s; kernel {status.name}"
+          + (f" ({status.reason})" if status.reason else f" (loaded in {status.load_seconds:.1f} s)"))
+    records = [dict(shape="x".join(map(str, r["shape"])), kernel=r["kernel"], bw=r["bandwidth_fraction"],
+                    **{f"us_{m}": r["us"][m] for m in args.rows}, **{f"r_{m}": r["r"][m] for m in args.rows[1:]})
+               for r in results]
+    columns = [("shape", "shape", ""), ("kernel", "kernel", "")] + [(f"us_{m}", f"us M={m}", ".1f") for m in args.rows]
+    columns += [(f"r_{m}", f"r({m})", ".2f") for m in args.rows[1:]] + [("bw", "of copy", ".2f")]
+    print(table_of(records, columns, markdown=False))
+    return 0

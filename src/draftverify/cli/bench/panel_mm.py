@@ -1,0 +1,41 @@
+"""`draftverify bench panel-mm`: the options of :mod:`draftverify.bench.panel_mm`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .._command import namespace
+from .._options import JsonFile
+from .._progress import progress_bar
+
+__all__ = ["panel_mm"]
+
+# the real target's products (SmolLM2-135M: hidden 576, MLP 1536, k/v 192, vocabulary 49152)
+SHAPES = ["576x576", "576x192", "576x1536", "1536x576", "576x49152"]
+
+
+def _shape(text: str) -> tuple[int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--shape must be KxN with positive K and N (e.g. 576x1536), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def panel_mm(
+    ctx: typer.Context,
+    shape: Annotated[list[str], typer.Option(metavar="KxN...", help="Weight shapes [in, out].")] = SHAPES,
+    rows: Annotated[list[int], typer.Option(min=1, metavar="M...", help="Row counts; the first is r's base.")] = [1, 2, 5, 9, 17, 32],
+    megabytes: Annotated[int, typer.Option(min=1, help="Total size of the cycled weights per shape (MiB).")] = 400,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed rounds (their median is reported).")] = 7,
+    threads: Annotated[int, typer.Option(min=1, help="Torch threads.")] = 1,
+    json: JsonFile = None,
+) -> int:
+    """Microseconds per small-row product over out-of-cache weights: the panel kernel against torch, oneDNN, numpy."""
+    from ...bench import panel_mm as bench
+
+    args = namespace(ctx)
+    args.shape = [_shape(s) for s in shape]
+    with progress_bar(ctx) as progress:
+        return bench.run(args, progress)

@@ -1,0 +1,166 @@
+// out [M, N] = x [M, K] @ W [K, N] (* scales [N]) (+ bias [N]) over W packed once in 16-column
+// panels [P, K, 16] (P = ceil(N / 16), the last panel zero-padded), float32 or int8 (weight-only
+// int8: activations and accumulation float32, the per-column scale applied once at the end).
+//
+// One pass over a panel streams its K x 16 weights and updates 16 output columns of a block of up to
+// six rows held in registers (2 ymm per row: 12 accumulators, 2 weight vectors, 1 broadcast); more
+// rows run as further blocks over the same panel, which is then in L1/L2. Fewer than three rows split
+// K over 2 or 4 accumulator sets, so the FMA latency does not bound the stream. The next panel is
+// prefetched while this one is consumed. Panels are shared among threads by at::parallel_for.
+//
+// Built with -mavx2 -mfma -fopenmp by draftverify.models.panel_mm at first use.
+
+#include <immintrin.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+#define UNROLL _Pragma("GCC unroll 16")  // loops over R and U: the accumulators stay in registers
+
+constexpr int64_t kPanel = 16;
+constexpr int64_t kMaxRows = 6;
+constexpr int64_t kPrefetch = 1024;  // bytes of W ahead of the ones being read
+
+inline void load_weights(const float* w, __m256& w0, __m256& w1) {
+  w0 = _mm256_load_ps(w);
+  w1 = _mm256_load_ps(w + 8);
+}
+
+inline void load_weights(const int8_t* w, __m256& w0, __m256& w1) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+  w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
+}
+
+// Rows of x (stride ldx) times one panel w [K, 16]: R rows, U accumulator sets over k.
+template <int R, int U, typename W>
+void panel_block(const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo, int64_t cols,
+                 const float* scale, const float* bias) {
+  __m256 acc[U][R][2];
+  UNROLL for (int u = 0; u < U; ++u)
+    UNROLL for (int r = 0; r < R; ++r) acc[u][r][0] = acc[u][r][1] = _mm256_setzero_ps();
+  constexpr int64_t step = U * kPanel * sizeof(W);  // bytes of W per k-step
+  const char* ahead = reinterpret_cast<const char*>(w) + kPrefetch;
+  int64_t k = 0;
+  for (; k + U <= K; k += U) {
+    const int64_t at = k * kPanel * sizeof(W);
+    if (step >= 64)
+      for (int64_t line = 0; line < step; line += 64) _mm_prefetch(ahead + at + line, _MM_HINT_T0);
+    else if (at % 64 == 0)
+      _mm_prefetch(ahead + at, _MM_HINT_T0);
+    UNROLL for (int u = 0; u < U; ++u) {
+      __m256 w0, w1;
+      load_weights(w + (k + u) * kPanel, w0, w1);
+      UNROLL for (int r = 0; r < R; ++r) {
+        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k + u);
+        acc[u][r][0] = _mm256_fmadd_ps(a, w0, acc[u][r][0]);
+        acc[u][r][1] = _mm256_fmadd_ps(a, w1, acc[u][r][1]);
+      }
+    }
+  }
+  for (; k < K; ++k) {
+    __m256 w0, w1;
+    load_weights(w + k * kPanel, w0, w1);
+    UNROLL for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+      acc[0][r][0] = _mm256_fmadd_ps(a, w0, acc[0][r][0]);
+      acc[0][r][1] = _mm256_fmadd_ps(a, w1, acc[0][r][1]);
+    }
+  }
+  UNROLL for (int u = 1; u < U; ++u)
+    UNROLL for (int r = 0; r < R; ++r) {
+      acc[0][r][0] = _mm256_add_ps(acc[0][r][0], acc[u][r][0]);
+      acc[0][r][1] = _mm256_add_ps(acc[0][r][1], acc[u][r][1]);
+    }
+  UNROLL for (int r = 0; r < R; ++r) {
+    alignas(32) float row[kPanel];
+    __m256 lo = acc[0][r][0], hi = acc[0][r][1];
+    if (scale != nullptr) {
+      lo = _mm256_mul_ps(lo, _mm256_loadu_ps(scale));
+      hi = _mm256_mul_ps(hi, _mm256_loadu_ps(scale + 8));
+    }
+    _mm256_store_ps(row, lo);
+    _mm256_store_ps(row + 8, hi);
+    if (bias != nullptr)
+      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+    std::memcpy(out + r * ldo, row, cols * sizeof(float));
+  }
+}
+
+template <typename W>
+void rows_block(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
+                int64_t cols, const float* scale, const float* bias) {
+  switch (rows) {
+    case 1: return panel_block<1, 4>(x, ldx, w, K, out, ldo, cols, scale, bias);
+    case 2: return panel_block<2, 2>(x, ldx, w, K, out, ldo, cols, scale, bias);
+    case 3: return panel_block<3, 2>(x, ldx, w, K, out, ldo, cols, scale, bias);
+    case 4: return panel_block<4, 1>(x, ldx, w, K, out, ldo, cols, scale, bias);
+    case 5: return panel_block<5, 1>(x, ldx, w, K, out, ldo, cols, scale, bias);
+    default: return panel_block<6, 1>(x, ldx, w, K, out, ldo, cols, scale, bias);
+  }
+}
+
+template <typename W>
+void panel_mm_impl(const float* x, int64_t M, int64_t K, const W* panels, int64_t N, const float* scales,
+                   const float* bias, float* out) {
+  const int64_t count = (N + kPanel - 1) / kPanel;
+  const int64_t blocks = (M + kMaxRows - 1) / kMaxRows;  // row blocks of near-equal size
+  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(K, 1));
+  at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t col = p * kPanel, cols = std::min(kPanel, N - col);
+      const W* w = panels + p * K * kPanel;
+      const float* s = scales == nullptr ? nullptr : scales + col;
+      const float* b = bias == nullptr ? nullptr : bias + col;
+      for (int64_t i = 0, row = 0; i < blocks; ++i) {
+        const int64_t rows = (M - row) / (blocks - i);
+        rows_block(rows, x + row * K, K, w, K, out + row * N + col, N, cols, s, b);
+        row += rows;
+      }
+    }
+  });
+}
+
+at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::optional<at::Tensor>& scales,
+                    const std::optional<at::Tensor>& bias, int64_t N) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a float32 matrix [M, K]");
+  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.size(1) == x.size(1) &&
+                  panels.size(0) == (N + kPanel - 1) / kPanel && panels.is_contiguous(),
+              "panels must be contiguous [ceil(N / 16), K, 16] for x [M, K]");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(panels.data_ptr()) % 32 == 0, "panels must be 32-byte aligned");
+  const bool quantized = panels.scalar_type() == at::kChar;
+  TORCH_CHECK(quantized || panels.scalar_type() == at::kFloat, "panels must be float32 or int8");
+  TORCH_CHECK(quantized == scales.has_value(), "int8 panels take scales, float32 panels none");
+  const at::Tensor xc = x.contiguous();
+  const float* s = nullptr;
+  if (quantized) {
+    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() == panels.size(0) * kPanel,
+                "scales must be float32 [ceil(N / 16) * 16]");
+    s = scales->data_ptr<float>();
+  }
+  const float* b = nullptr;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == N, "bias must be float32 [N]");
+    b = bias->data_ptr<float>();
+  }
+  at::Tensor out = at::empty({x.size(0), N}, x.options());
+  if (quantized)
+    panel_mm_impl(xc.data_ptr<float>(), x.size(0), x.size(1), panels.data_ptr<int8_t>(), N, s, b, out.data_ptr<float>());
+  else
+    panel_mm_impl(xc.data_ptr<float>(), x.size(0), x.size(1), panels.data_ptr<float>(), N, s, b, out.data_ptr<float>());
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(draftverify, m) {
+  m.def("panel_mm(Tensor x, Tensor panels, Tensor? scales, Tensor? bias, int n) -> Tensor", &panel_mm);
+}

@@ -1,0 +1,145 @@
+"""A compiled small-row matrix product for the lean forwards: ``x [M, K] @ W [K, N] + bias`` over
+weights packed once in 16-column panels, float32 or weight-only int8 (issue 27).
+
+A target call of L + 1 tokens streams the same weights as a one-token call; on a CPU both are bound
+by that stream, so their cost ratio r should stay near 1. torch's float32 kernels (MKL, oneDNN) do
+not get there for 2-32 rows on AVX2 CPUs; ``csrc/panel_mm.cpp`` does (one AVX2/FMA pass over each
+panel for all rows, up to six rows per pass in registers; ``draftverify bench panel-mm`` and
+docs/results/model_cost.md compare it with torch and numpy).
+
+The C++ source is compiled by ``torch.utils.cpp_extension`` at first use (``-O3 -mavx2 -mfma``,
+about a minute) and cached in ``$TORCH_EXTENSIONS_DIR`` when set, else in
+``$XDG_CACHE_HOME/draftverify`` (``~/.cache/draftverify``). Where it cannot run (a CPU without
+AVX2/FMA, no compiler) the lean forwards keep torch's kernels and a one-line warning says so; the
+environment variable ``DRAFTVERIFY_KERNEL=eager`` picks them on purpose (no warning).
+
+Weight-only int8 (per output column: ``scale = max_k |W[k, n]| / 127``, ``q = round(W / scale)``):
+the kernel converts each weight to float32 and accumulates in float32, then multiplies a column by
+its scale, so it computes ``(x @ q) * scale``, the dequantized product ``x @ (q * scale)`` up to
+float32 rounding; the eager fallback computes the latter. An int8 target's law is the int8
+model's; the verifiers are exact for whichever target runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+__all__ = ["ENV", "PANEL", "KernelStatus", "PanelLinear", "kernel", "pack", "quantize_int8"]
+
+ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
+PANEL = 16  # output columns per panel: two 8-float AVX registers
+SOURCE = Path(__file__).resolve().parent / "csrc" / "panel_mm.cpp"
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """Which product the lean forwards run: ``name`` "panel-avx2" or "eager"; ``reason`` why eager
+    ("" otherwise); ``load_seconds`` to build (``built``) or load the cached library."""
+
+    name: str
+    reason: str = ""
+    load_seconds: float = 0.0
+    built: bool = False
+
+    @property
+    def compiled(self) -> bool:
+        return self.name != "eager"
+
+
+def _build_directory() -> Path:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root is None:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "draftverify"
+    tag = f"panel_mm-torch{torch.__version__.split('+')[0]}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return Path(root) / tag
+
+
+def _compile() -> KernelStatus:
+    from torch.utils import cpp_extension
+
+    ninja = Path(sys.executable).parent / "ninja"
+    if not cpp_extension.is_ninja_available() and ninja.exists():  # a venv not on PATH (make test)
+        os.environ["PATH"] = f"{ninja.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    directory = _build_directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    built = not any(directory.glob("*.so"))
+    start = time.perf_counter()
+    cpp_extension.load("draftverify_panel_mm", [str(SOURCE)], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
+                       build_directory=str(directory), is_python_module=False)
+    return KernelStatus("panel-avx2", load_seconds=time.perf_counter() - start, built=built)
+
+
+@cache
+def kernel() -> KernelStatus:
+    """Compile or load the panel kernel once per process (module doc); eager with the reason where
+    it cannot run, with a one-line warning unless ``DRAFTVERIFY_KERNEL=eager`` asked for it."""
+    choice = os.environ.get(ENV, "panel")
+    if choice not in ("panel", "eager"):
+        raise ValueError(f"{ENV} must be 'panel' or 'eager', got {choice!r}")
+    if choice == "eager":
+        return KernelStatus("eager", f"{ENV}=eager")
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        reason = f"this CPU has no AVX2/FMA ({torch.backends.cpu.get_cpu_capability()})"
+    else:
+        try:
+            return _compile()
+        except Exception as error:  # no compiler, no headers, a failed build: fall back, and say why
+            lines = str(error).strip().splitlines()
+            reason = f"build failed: {lines[-1] if lines else type(error).__name__}"
+    warnings.warn(f"panel matrix kernel unavailable ({reason}); linear layers run torch's kernels", stacklevel=2)
+    return KernelStatus("eager", reason)
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weight-only int8 of weight [K, N] (in, out) per output column: q [K, N] int8 and scale [N]
+    float32 with ``weight ~= q * scale`` (symmetric, ``scale = max |column| / 127``; 1 for a zero
+    column)."""
+    weight = weight.float()
+    scale = weight.abs().amax(0) / 127  # [N]
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(weight / scale).clamp_(-127, 127).to(torch.int8), scale
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """weight [K, N] -> panels [ceil(N / 16), K, 16] (the last zero-padded), contiguous."""
+    k, n = weight.shape
+    count = -(-n // PANEL)
+    padded = weight.new_zeros(k, count * PANEL)
+    padded[:, :n] = weight
+    return padded.view(k, count, PANEL).transpose(0, 1).contiguous()
+
+
+class PanelLinear:
+    """``x @ weight + bias`` for x [M, in] through the panel kernel; weight [in, out] packed at
+    construction (``quantize="int8"``: its int8 form); wrap again if the weights change."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, quantize: str | None = None):
+        with torch.no_grad():
+            self.out_features = weight.shape[1]
+            if quantize == "int8":
+                q, scale = quantize_int8(weight)
+                self.panels, self.scales = pack(q), torch.ones(-(-self.out_features // PANEL) * PANEL)
+                self.scales[: self.out_features] = scale
+            elif quantize is None:
+                self.panels, self.scales = pack(weight.float()), None
+            else:
+                raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+            self.bias = None if bias is None else bias.detach().float().contiguous()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights (and int8 scales) a product streams."""
+        scales = 0 if self.scales is None else self.scales.numel() * 4
+        return self.panels.numel() * self.panels.element_size() + scales
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, in] -> [M, out]
+        return torch.ops.draftverify.panel_mm(x, self.panels, self.scales, self.bias, self.out_features)

@@ -1,0 +1,134 @@
+"""The panel kernel against torch.mm on every product shape the models use (the real SmolLM2-135M
+target's, the embedded GPT-2 target's, odd sizes), for 1 to 32 rows; its int8 form against the
+dequantized float32 product; the eager fallback and its warning.
+
+Tolerances: weights scaled by K^-1/2 and standard normal inputs give outputs of order 1; two float32
+sums of K products in different orders then differ by a few units of 1e-6 (K <= 1536), so
+``rtol = atol = 1e-5`` (torch's float32 default is rtol 1.3e-6, atol 1e-5)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from draftverify.models import panel_mm
+from draftverify.models.gpt2 import Linear
+from draftverify.models.panel_mm import PanelLinear, kernel, pack, quantize_int8
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+SMOLLM2 = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]  # [in, out]; vocabulary 49152
+EMBEDDED = [(256, 768), (256, 256), (256, 1024), (1024, 256), (256, 8192)]  # 6 x 256 GPT-2, vocabulary 8192
+ODD = [(577, 17), (33, 5), (1, 16), (7, 31), (15, 1)]  # N not a multiple of 16, K odd
+
+needs_panel = pytest.mark.skipif(not kernel().compiled, reason=f"panel kernel unavailable: {kernel().reason}")
+
+
+def weights(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen) * shape[0] ** -0.5, torch.randn(shape[1], generator=gen)  # [K, N], [N]
+
+
+def test_the_kernel_builds_on_an_avx2_cpu_unless_eager_is_asked_for():
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("no AVX2 here: the eager fallback is the expected path")
+    status = kernel()
+    assert status.compiled or status.reason == f"{panel_mm.ENV}=eager", status.reason
+
+
+@needs_panel
+@pytest.mark.parametrize("shape", SMOLLM2 + EMBEDDED + ODD)
+def test_the_product_agrees_with_torch_mm_for_1_to_32_rows(shape):
+    weight, bias = weights(shape, 0)
+    plain, biased = PanelLinear(weight, None), PanelLinear(weight, bias)
+    x = torch.randn(32, shape[0], generator=torch.Generator().manual_seed(1))  # [32, K]
+    for rows in range(1, 33):
+        torch.testing.assert_close(plain(x[:rows]), torch.mm(x[:rows], weight), **TOL)
+        torch.testing.assert_close(biased(x[:rows]), torch.addmm(bias, x[:rows], weight), **TOL)
+
+
+@needs_panel
+def test_many_rows_and_strided_inputs_agree_too():
+    weight, bias = weights((577, 33), 2)
+    x = torch.randn(150, 1154, generator=torch.Generator().manual_seed(3))[:, ::2]  # [150, 577], strided
+    torch.testing.assert_close(PanelLinear(weight, bias)(x), torch.addmm(bias, x, weight), **TOL)
+
+
+@needs_panel
+@pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (256, 8192)] + ODD)
+def test_the_int8_product_agrees_with_the_dequantized_float32_product(shape):
+    weight, bias = weights(shape, 4)
+    q, scale = quantize_int8(weight)
+    dequantized = q.float() * scale  # [K, N]
+    linear = PanelLinear(weight, bias, "int8")
+    x = torch.randn(32, shape[0], generator=torch.Generator().manual_seed(5))
+    for rows in (1, 2, 5, 6, 7, 9, 17, 32):
+        torch.testing.assert_close(linear(x[:rows]), torch.addmm(bias, x[:rows], dequantized), **TOL)
+    eager = Linear.of(weight, bias, "int8", "eager")  # the fallback computes the same int8 model
+    torch.testing.assert_close(eager(x), linear(x), **TOL)
+    if shape[0] > 1:  # the int8 model is not the float32 one (K = 1: each weight is its column's max, exact)
+        assert not torch.allclose(linear(x), torch.addmm(bias, x, weight), **TOL)
+
+
+def test_int8_quantization_is_per_column_and_rounds_to_nearest():
+    weight = torch.tensor([[1.0, 0.0, -0.5], [-2.0, 0.0, 0.25], [0.5, 0.0, 0.125]])  # [K=3, N=3]
+    q, scale = quantize_int8(weight)
+    torch.testing.assert_close(scale, torch.tensor([2 / 127, 1.0, 0.5 / 127]))  # a zero column keeps scale 1
+    assert q.dtype == torch.int8 and q[:, 0].tolist() == [64, -127, 32] and q[:, 1].tolist() == [0, 0, 0]
+    assert (q.float() * scale - weight).abs().le(scale / 2 + 1e-7).all()
+
+
+def test_packing_puts_16_columns_per_panel_and_zero_pads_the_last():
+    weight = torch.arange(3 * 20, dtype=torch.float32).view(3, 20)  # [K=3, N=20]
+    panels = pack(weight)  # [2, 3, 16]
+    assert panels.shape == (2, 3, 16) and panels.is_contiguous()
+    torch.testing.assert_close(panels[0], weight[:, :16])
+    torch.testing.assert_close(panels[1, :, :4], weight[:, 16:])
+    assert panels[1, :, 4:].eq(0).all()
+
+
+def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    with pytest.warns(UserWarning, match=r"^panel matrix kernel unavailable \(this CPU has no AVX2/FMA") as record:
+        status = kernel.__wrapped__()
+    assert not status.compiled and "\n" not in str(record[0].message)
+    monkeypatch.setenv(panel_mm.ENV, "eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernel.__wrapped__().reason == f"{panel_mm.ENV}=eager"
+    monkeypatch.setenv(panel_mm.ENV, "fast")
+    with pytest.raises(ValueError, match=panel_mm.ENV):
+        kernel.__wrapped__()
+
+
+def test_linear_of_picks_the_kernel_and_rejects_conflicting_options():
+    weight, bias = weights((8, 4), 6)
+    assert isinstance(Linear.of(weight, bias, kernel="eager"), Linear)
+    if kernel().compiled:
+        assert isinstance(Linear.of(weight, bias), PanelLinear)
+    with pytest.raises(ValueError, match="quantize"):
+        Linear.of(weight, bias, "int4")
+    with pytest.raises(ValueError, match="kernel"):
+        Linear.of(weight, bias, kernel="fast")
+    with pytest.raises(ValueError, match="float32"):
+        Linear.of(weight.double(), bias, "int8")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_an_int8_target_is_one_model_on_both_kernels_and_streams_a_quarter_of_the_bytes(arch):
+    from draftverify.models.hf import TransformersModel
+    from draftverify.models.toy import tiny_causal_lm
+
+    raw = tiny_causal_lm(50, arch=arch, width=32, layers=2, seed=5, dtype=torch.float32)
+    tokens = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(6))
+    float32 = TransformersModel(raw, kernel="eager")
+    kernels = ["eager", "panel"] if kernel().compiled else ["eager"]
+    int8 = {k: TransformersModel(raw, quantize="int8", kernel=k) for k in kernels}
+    logits = {k: m.forward(m.new_cache(2), tokens, None, 7) for k, m in int8.items()}  # [B, 7, V]
+    torch.testing.assert_close(logits[kernels[-1]], logits["eager"], **TOL)
+    assert not torch.allclose(logits["eager"], float32.forward(float32.new_cache(2), tokens, None, 7), **TOL)
+    if "panel" in int8:  # int8 weights, padding and scales (the eager fallback streams float32)
+        assert float32.product_bytes / 4 <= int8["panel"].product_bytes <= 1.5 * float32.product_bytes / 4
+    with pytest.raises(ValueError, match="lean"):
+        TransformersModel(tiny_causal_lm(50, arch="qwen2", seed=5, dtype=torch.float32), quantize="int8")
