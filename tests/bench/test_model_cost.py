@@ -20,7 +20,7 @@ def test_call_costs_time_every_kind_and_ratios_divide_by_the_one_token_call(targ
     draft = TransformersModel(tiny_causal_lm(40, arch="gpt2", width=16, layers=1, seed=2, dtype=torch.float32))
     costs = call_costs({"a": (target, draft), "b": (target, None)}, list(range(10)), repeats=2,
                        draft_lengths=[1, 4], accepted=1)
-    assert set(costs["a"]) == {"target_1", "target_2", "target_5", "draft_1"}
+    assert set(costs["a"]) == {"target_1", "target_2", "target_5", "draft_1", "draft_phase_1", "draft_phase_4"}
     assert set(costs["b"]) == {"target_1", "target_2", "target_5"}
     r = ratios(costs["a"])
     assert set(r) == {"r_2", "r_5", "draft_cost_c"}
