@@ -59,7 +59,7 @@ def test_sd_on_the_panel_kernel_keeps_the_law_of_the_target_it_runs():
 
 @pytest.mark.parametrize("method,temperature", [("greedy", 0.0), ("ar", 1.0), ("sd", 1.0), ("bv", 1.0)])
 def test_a_seeded_run_decodes_the_same_tokens_on_both_kernels(method, temperature):
-    pair = load_pair()
+    pair = load_pair("tiny")  # the embedded tiny pair: the seeded tokens checked here agree on both kernels
     prompt = pair.tokenizer.encode("def fibonacci(n):")
     runs = {}
     for name in ("eager", "panel", "panel again"):
