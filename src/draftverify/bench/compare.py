@@ -115,8 +115,7 @@ def compare(
     ]
     out.write(prompt.rstrip("\n") + "\n")
     for run in runs:  # each completion after a newline, so it reads as the body it continues
-        text = tokenizer.decode(run.result.tokens, skip_special_tokens=True)  # no <|im_end|> in the answer
-        out.write(f"\n# --- {run.spec} ---\n{text.lstrip(chr(10))}\n")
+        out.write(f"\n# --- {run.spec} ---\n{(run.result.text or '').lstrip(chr(10))}\n")
     out.write("\n")
     columns = [("method", "method", "s"), ("tokens", "tokens", "d"), ("tokens_per_second", "tokens/s", ".1f"),
                ("speedup", "vs ar", ".2f"), ("acceptance", "acceptance", ".2f"),

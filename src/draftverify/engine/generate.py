@@ -101,7 +101,7 @@ def generate_batch(
         GenerationResult(
             prompt_ids=prompts[i],
             tokens=decoder.generated(i),
-            text=tokenizer.decode(decoder.generated(i)) if tokenizer is not None else None,
+            text=tokenizer.decode(decoder.generated(i), skip_special_tokens=True) if tokenizer is not None else None,
             finish_reason=reasons[i],
             method=config.name,
             num_drafts=config.drafts if config.speculative else 1,

@@ -39,7 +39,7 @@ class GenerationResult:
 
     prompt_ids: list[int]
     tokens: list[int]
-    text: str | None
+    text: str | None  # the generated tokens decoded without special tokens (no eos text), as generate streams them
     finish_reason: str  # "eos", "stop", "length" or "context" (the context was full; see engine.decoder)
     method: str
     num_drafts: int
