@@ -66,6 +66,7 @@ def generate(
     config = DecodeConfig(dataclasses.replace(method_spec, draft=None), draft_length=policy, temperature=temperature,
                           **settings)
     pair = load_pair(target, method_spec.draft, tokenizer=tokenizer)
+    chat = has_chat_template(pair.tokenizer) if chat is None else chat  # decided once: encoding and echo agree
     prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
@@ -76,7 +77,7 @@ def generate(
     generate_with(pair.target, draft_model, prompt_ids, "sd" if draft_model else AR, max_new_tokens=2,
                   **({"draft_length": 2} if draft_model else {}))
 
-    sys.stdout.write(prompt + ("\n\n" if chat is not False and has_chat_template(pair.tokenizer) else ""))
+    sys.stdout.write(prompt + ("\n\n" if chat else ""))
     sys.stdout.flush()
     start, shown, steps = time.perf_counter(), "", []
     while not decoder.done:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..models.chat import encode_prompt
 from .corpus import split_corpus
 
 __all__ = ["TeacherConfig", "chat_prompts", "label_shards"]
@@ -127,10 +128,8 @@ def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, l
         start = time.time()
         rows: dict[str, list] = {"tokens": [], "answer_start": [], "top_ids": [], "top_probs": [], "answer_length": []}
         for first in range(shard * per_shard, (shard + 1) * per_shard, config.batch_size):
-            batch = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                   add_generation_prompt=True)
-                     for p in prompts[first: first + config.batch_size]]
-            ids = [tokenizer.encode(text)[-config.max_prompt_tokens:] for text in batch]
+            ids = [encode_prompt(tokenizer, p, chat=True)[-config.max_prompt_tokens:]
+                   for p in prompts[first: first + config.batch_size]]
             generator = torch.Generator().manual_seed(config.seed * 1_000_003 + first)
             answers, top_ids, top_probs = answer_batch(target, ids, config.max_new_tokens, target.eos_token_id,
                                                        config.top_k, generator)
