@@ -29,11 +29,9 @@ def test_synthetic_pairs_are_distributions_and_top_k_keeps_k():
 
 
 def test_pair_source_yields_distribution_pairs_of_the_embedded_vocabulary():
-    from types import SimpleNamespace
+    from draftverify.bench.ot import OtSettings, distributions
 
-    from draftverify.bench.ot import distributions
-
-    pairs, meta = distributions(SimpleNamespace(source="pair", tokens=4, num_prompts=2, seed=0))
+    pairs, meta = distributions(OtSettings(source="pair", tokens=4, num_prompts=2, seed=0))
     assert meta["source"] == "pair" and meta["tokens"] == len(pairs) == 4 and meta["prompts"] == 2
     vocab = meta["vocab_size"]
     for target, draft in pairs:

@@ -13,12 +13,11 @@ embedded pair with one thread on this project's 2-core machine when nothing else
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import platform
-import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ import torch
 
 from ..engine import AR
 from .models import ModelSettings, load_models
-from .output import emit_json
+from .output import command_line, emit_json
 from .plots import plot_all
 from .probes import REFERENCE_DRAWS, first_token_deviation
 from .progress import track
@@ -37,6 +36,49 @@ from .sweep import RunConfig, Sweep, run_sweep
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+__all__ = ["DecodeSettings", "build_outputs", "run"]
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """The sweep and its outputs, as ``draftverify bench decode``'s flags of the same names give them
+    (the defaults are the command's): ``methods`` x ``num_drafts`` x ``draft_lengths`` x
+    ``temperatures`` x ``drafts`` over ``seeds`` and the first ``num_prompts`` prompts of
+    ``prompts``; the models by ``target`` / ``draft`` / ``tiny`` (see :attr:`models`)."""
+
+    prompts: str = "mixed"
+    field: str = "text"
+    num_prompts: int = 3
+    methods: tuple[str, ...] = ("ar", "sd", "bv", "gbv", "kseq")
+    num_drafts: tuple[int, ...] = (1, 3)
+    draft_lengths: tuple[int, ...] = (2, 4, 6)
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    drafts: tuple[str, ...] = ("draft",)
+    seeds: tuple[int, ...] = (0, 1)
+    top_k: int | None = None
+    max_new_tokens: int = 48
+    stop_at_eos: bool = False
+    deviation_samples: int = 128  # one-token decodings per prompt for the first-token TV (0: skip)
+    deviation_prompts: int = 2
+    out: str = "decode-results"
+    plots_dir: str | None = None  # None: out
+    cache: str | None = None  # None: out/cache
+    prefix: str = "decode"
+    title: str = "Decode benchmark"
+    no_resume: bool = False
+    target: str | None = None
+    draft: str | None = None
+    tiny: bool = False
+    threads: int | None = None  # None: torch's choice
+
+    def __post_init__(self) -> None:
+        self.models  # the model settings refuse bad draft kinds here, before anything loads
+
+    @property
+    def models(self) -> ModelSettings:
+        """The target and drafts to load."""
+        return ModelSettings(target=self.target, draft=self.draft, tiny=self.tiny, drafts=self.drafts)
 
 
 def _model_fingerprint(model: Any) -> str:
@@ -50,22 +92,7 @@ def _model_fingerprint(model: Any) -> str:
     return digest.hexdigest()[:12]
 
 
-def command(args: argparse.Namespace) -> str:
-    """The full command line that reproduces this run (every sweep option spelled out)."""
-    words = ["draftverify", "bench", "decode"]
-    for name in ("prompts", "field", "num_prompts", "methods", "num_drafts", "draft_lengths", "temperatures", "drafts",
-                 "seeds", "top_k", "max_new_tokens", "deviation_samples", "deviation_prompts", "out", "plots_dir", "cache",
-                 "prefix", "title", "target", "draft", "threads"):
-        value = getattr(args, name)
-        if value is None:
-            continue
-        words.append("--" + name.replace("_", "-"))
-        words.extend(str(v) for v in value) if isinstance(value, list) else words.append(str(value))
-    words += [f"--{flag.replace('_', '-')}" for flag in ("stop_at_eos", "tiny") if getattr(args, flag)]
-    return shlex.join(words)
-
-
-def _deviations(args, context: dict[str, Any], configs: list[RunConfig], target, drafts, prompts: list[list[int]], exact: dict[str, bool],
+def _deviations(args: DecodeSettings, context: dict[str, Any], configs: list[RunConfig], target, drafts, prompts: list[list[int]], exact: dict[str, bool],
                 cache: Path, progress: Progress | None = None) -> dict[str, dict[str, float]]:
     """First-token TV of every inexact configuration (mean over the first prompts), cached;
     ``{"error": message}`` where the one-token decodings raised."""
@@ -89,7 +116,7 @@ def _deviations(args, context: dict[str, Any], configs: list[RunConfig], target,
     return out
 
 
-def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+def run(args: DecodeSettings, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from ..verify import verifiers
@@ -97,11 +124,9 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     hf_logging.set_verbosity_error()
     if args.threads:
         torch.set_num_threads(args.threads)
-    sweep = Sweep(tuple(args.methods), tuple(args.num_drafts), tuple(args.draft_lengths), tuple(args.temperatures),
-                  tuple(args.drafts), tuple(args.seeds), args.top_k)
+    sweep = Sweep(args.methods, args.num_drafts, args.draft_lengths, args.temperatures, args.drafts, args.seeds, args.top_k)
     texts = load_prompts(args.prompts, field=args.field, limit=args.num_prompts)
-    target, drafts, tokenizer = load_models(ModelSettings(target=args.target, draft=args.draft, tiny=args.tiny,
-                                                          drafts=tuple(args.drafts)))
+    target, drafts, tokenizer = load_models(args.models)
     prompts = [tokenizer.encode(text) for text in texts]
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out / "cache"
@@ -118,7 +143,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     settings = dict(prompts=f"{args.prompts} (first {len(texts)})", seeds=list(args.seeds), max_new_tokens=args.max_new_tokens,
                     stop_at_eos=args.stop_at_eos, top_k=args.top_k, models="tiny random" if args.tiny else (args.target or "embedded pair"),
                     threads=torch.get_num_threads(), machine=f"{platform.machine()}, torch {torch.__version__}")
-    meta = dict(title=args.title, command=command(args), settings=settings, failures=result.failures)
+    meta = dict(title=args.title, command=command_line("decode", args, leave_out=("no_resume",)), settings=settings, failures=result.failures)
     _, plots = build_outputs(rows, meta, out, Path(args.plots_dir or out), args.prefix, deviation)
     with (out / "results.jsonl").open("w") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in records)

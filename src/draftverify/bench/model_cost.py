@@ -19,9 +19,9 @@ Run: ``draftverify bench model-cost`` (JSON then a table).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -37,7 +37,23 @@ from .progress import track
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["call_costs", "ratios", "run"]
+__all__ = ["ModelCostSettings", "call_costs", "ratios", "run"]
+
+
+@dataclass(frozen=True)
+class ModelCostSettings:
+    """What ``draftverify bench model-cost`` times, as its flags of the same names give it (the
+    defaults are the command's)."""
+
+    repeats: int = 200
+    prompt_length: int = 150
+    draft_length: tuple[int, ...] = (1, 4, 8, 16)
+    accepted: int = 1
+    threads: int = 1
+    target: str | None = None
+    draft: str | None = None
+    kv_cache: str = "static"
+    json: str | None = None
 
 
 def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> Callable[[], None]:
@@ -131,7 +147,7 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
             for name, options in kinds.items()}
 
 
-def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from ..models.pair import load_pair

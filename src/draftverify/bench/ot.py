@@ -14,13 +14,13 @@ target-sampled continuations of HumanEval prompts (:func:`model_pairs`). Both fe
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -32,6 +32,31 @@ from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+
+@dataclass(frozen=True)
+class OtSettings:
+    """The grid of ``draftverify bench ot``, as its flags of the same names give it (the defaults are
+    the command's): ``top_k`` x ``num_drafts`` cells of ``tokens`` distribution pairs each, solved by
+    ``methods`` (the method grammar: ``ot(solver=gr,tol=1e-3)``); ``max_arcs`` the network limits of
+    lp, maxflow and maxflow-cs; ``source`` synthetic (``vocab``, ``noise``) or the embedded pair
+    (``num_prompts`` HumanEval prompts); ``json`` / ``markdown`` files to write."""
+
+    top_k: tuple[int, ...] = (10, 100, 1000)
+    num_drafts: tuple[int, ...] = (2, 3, 4, 5)
+    methods: tuple[str, ...] = ("lp", "maxflow", "maxflow-cs", "ot(solver=gr,tol=0.001)", "ot(solver=gr,tol=0.0001)")
+    tokens: int = 40
+    cell_seconds: float = 20.0  # a method stops in a cell after this much solve time
+    repeats: int = 3  # solves per token; the fastest counts
+    max_arcs: tuple[int, int, int] = (300_000, 4_000_000, 4_000_000)
+    source: Literal["synthetic", "pair"] = "synthetic"
+    num_prompts: int = 4
+    vocab: int = 32000
+    noise: float = 0.65
+    seed: int = 0
+    json: str | None = None
+    markdown: str | None = None
+
 
 # seed 001 Table 1, Llama-3 70B/8B: ms per token (GR: success rate in brackets); None = not run
 PAPER = {
@@ -132,7 +157,7 @@ def _timed(target, draft, n: int, name: str, tol: float, limits: dict, drafted: 
     return plan, wall, cpu
 
 
-def _cell(pairs, k: int, n: int, specs: list[str], args, rng: np.random.Generator) -> list[dict]:
+def _cell(pairs, k: int, n: int, specs: list[str], args: OtSettings, rng: np.random.Generator) -> list[dict]:
     """Every method of one (top-k, drafts) cell, interleaved token by token: on a shared machine a
     slow minute then hits all methods alike, so their ratios (the figures compared with the paper)
     hold even when absolute times drift. A method stops after ``args.cell_seconds`` of solving."""
@@ -210,7 +235,7 @@ def markdown(results: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def distributions(args: argparse.Namespace) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+def distributions(args: OtSettings) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """The (target, draft) pairs the grid runs on, from ``args.source``, and their description."""
     if args.source == "pair":
         pairs, info = model_pairs(args.tokens, args.num_prompts, args.seed)
@@ -221,7 +246,7 @@ def distributions(args: argparse.Namespace) -> tuple[list[tuple[np.ndarray, np.n
                    "vocab_size": args.vocab, "noise": args.noise, "tokens": args.tokens, "seed": args.seed}
 
 
-def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+def run(args: OtSettings, progress: Progress | None = None) -> int:
     full, source = distributions(args)
     truncated = {k: [(target, top_k(draft, k)) for target, draft in full] for k in args.top_k}
     results = []

@@ -14,9 +14,9 @@ Run: ``draftverify bench panel-mm`` (JSON then a table).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -30,7 +30,7 @@ from .progress import track
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["copy_bandwidth", "run", "time_products"]
+__all__ = ["PanelMmSettings", "copy_bandwidth", "run", "time_products"]
 
 Product = Callable[[torch.Tensor, int], object]  # (x [M, K], weight index) -> x @ W_index
 
@@ -88,7 +88,20 @@ def time_products(shape: tuple[int, int], rows: list[int], *, copies: int, repea
     return out
 
 
-def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+@dataclass(frozen=True)
+class PanelMmSettings:
+    """What ``draftverify bench panel-mm`` times, as its flags of the same names give it (the
+    defaults are the command's): ``shape`` the weight shapes (in, out)."""
+
+    shape: tuple[tuple[int, int], ...] = ((576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152))
+    rows: tuple[int, ...] = (1, 2, 5, 9, 17, 32)
+    megabytes: int = 400
+    repeats: int = 7
+    threads: int = 1
+    json: str | None = None
+
+
+def run(args: PanelMmSettings, progress: Progress | None = None) -> int:
     torch.set_num_threads(args.threads)
     status = kernel()
     bandwidth = copy_bandwidth()

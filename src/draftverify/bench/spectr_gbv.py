@@ -12,7 +12,7 @@ later calls of the stateful gbv and spectr-gbv). Baselines are measured in the s
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,6 +42,19 @@ METHODS = (
 # toy instances of section 4: (vocabulary, pair seed, K, L)
 INSTANCES = ((2, 1, 2, 2), (2, 1, 3, 2), (2, 2, 2, 3), (3, 2, 2, 2), (3, 3, 2, 2))
 QUICK_INSTANCES = INSTANCES[:1] + INSTANCES[3:4]
+
+
+@dataclass(frozen=True)
+class SpectrGbvSettings:
+    """What ``draftverify bench spectr-gbv`` computes, as its flags of the same names give it (the
+    defaults are the command's): ``quick`` fewer instances; ``runs`` long-run decodings of
+    ``num_tokens`` tokens per verifier and instance (0: none)."""
+
+    quick: bool = False
+    runs: int = 0
+    num_tokens: int = 60
+    seed: int = 0
+    json: str | None = None
 
 
 def context_free_pair(target, draft) -> KnownLawPair:
@@ -165,7 +178,7 @@ def _tables(model: MarkovModel, length: int) -> list[np.ndarray]:
     return tables
 
 
-def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+def run(args: SpectrGbvSettings, progress: Progress | None = None) -> int:
     report = {
         "regression": regression(),
         "exactness": exactness(args.quick, progress),

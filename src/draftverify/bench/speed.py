@@ -26,9 +26,9 @@ Goals (issues 5, 13): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assis
 
 from __future__ import annotations
 
-import argparse
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
@@ -40,7 +40,7 @@ from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from .compare import run_spec, run_spec_batch
 from .models import ModelSettings, load_models
-from .output import emit_json
+from .output import command_line, emit_json
 from .progress import track
 
 if TYPE_CHECKING:
@@ -51,6 +51,42 @@ _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", 
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
 BATCH_SPECS = (AR, "sd")
+
+__all__ = ["SpeedSettings", "assisted", "batch_speed", "hf_generate", "run"]
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    """What ``draftverify bench speed`` measures, as its flags of the same names give it (the defaults
+    are the command's): ``num_prompts`` HumanEval prompts, ``max_new_tokens`` each, at one
+    ``temperature`` and ``draft_length``; ``multi`` the K of the kseq rows (0: none), ``batch`` the
+    prompts of the batch rows (0: none); ``threads`` 0: torch's choice. The models: see :attr:`models`."""
+
+    num_prompts: int = 8
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    draft_length: int = 4
+    seed: int = 0
+    target: str | None = None
+    draft: str | None = None
+    ngram: str | None = None
+    no_ngram: bool = False
+    multi: int = 4
+    tiny: bool = False
+    threads: int = 1
+    batch: int = 8
+    json: str | None = None
+
+    def __post_init__(self) -> None:
+        self.models  # the model settings refuse bad combinations here, before anything loads
+
+    @property
+    def models(self) -> ModelSettings:
+        """The target, its transformer draft, and the n-gram drafter unless ``no_ngram`` or ``tiny``
+        drop it: the shipped one is the tiny pair's, loaded with ``target="tiny"`` or a named ``ngram``."""
+        ngram = not (self.no_ngram or self.tiny) and (self.ngram is not None or self.target == "tiny")
+        return ModelSettings(target=self.target, draft=self.draft, ngram=self.ngram, tiny=self.tiny,
+                             drafts=("draft", "ngram") if ngram else ("draft",))
 
 
 @contextmanager
@@ -138,7 +174,7 @@ def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs:
     return rows
 
 
-def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from ..models.chat import encode_prompt
@@ -148,11 +184,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     hf_logging.disable_progress_bar()
     if args.threads:
         torch.set_num_threads(args.threads)
-    target, drafts, tokenizer = load_models(ModelSettings(
-        target=args.target, draft=args.draft, ngram=args.ngram, tiny=args.tiny,
-        # the shipped n-gram drafter is the tiny pair's: loaded with --target tiny or a named --ngram
-        drafts=("draft", "ngram") if not (args.no_ngram or args.tiny) and (args.ngram or args.target == "tiny") else ("draft",),
-    ))
+    target, drafts, tokenizer = load_models(args.models)
     specs = list(SPECS)
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
@@ -217,7 +249,7 @@ def _add(totals: dict, name: str, **values: float) -> None:
         bucket[key] = bucket.get(key, 0) + value
 
 
-def _report(totals: dict, args, target) -> dict[str, Any]:
+def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
     ar = totals[AR]
     ar_speed = ar["tokens"] / ar["seconds"]
     target_call = ar["target_seconds"] / ar["target_calls"]
@@ -253,7 +285,7 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
     best = max(ours, key=lambda r: r["tokens_per_second"])
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
     return dict(
-        command=_command(args),
+        command=command_line("speed", args, leave_out=("json",)),
         settings=dict(prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       draft_length=args.draft_length, multi=args.multi, tiny=args.tiny,
                       threads=torch.get_num_threads()),
@@ -264,12 +296,3 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
                    ar_vs_generate=speed[AR] / speed[GENERATE]),
     )
 
-
-def _command(args: argparse.Namespace) -> str:
-    """The command line that reproduces this run (every option given or defaulted)."""
-    parts = ["draftverify", "bench", "speed"]
-    for key, value in vars(args).items():
-        if key in ("func", "command", "bench", "json") or value is None or value is False:
-            continue
-        parts.append(f"--{key.replace('_', '-')}" + ("" if value is True else f" {value}"))
-    return " ".join(parts)

@@ -19,9 +19,9 @@ CUDA columns are null and the table says so.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -34,6 +34,22 @@ from .progress import track
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+
+@dataclass(frozen=True)
+class VerifySpeedSettings:
+    """What ``draftverify bench verify`` times, as its flags of the same names give it (the defaults
+    are the command's): latency at each ``vocab`` x ``draft_length``, throughput at each of
+    ``batch_sizes`` rows of ``batch_vocab`` x ``batch_draft_length``, medians of ``repeats`` calls."""
+
+    vocab: tuple[int, ...] = (1000, 32000, 128000)
+    draft_length: tuple[int, ...] = (4, 8)
+    repeats: int = 200
+    batch_sizes: tuple[int, ...] = (1, 8, 64)
+    batch_vocab: int = 32000
+    batch_draft_length: int = 4
+    threads: int = 1
+    json: str | None = None
 
 
 def lm_like_pair(vocab: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -103,7 +119,7 @@ def _batched_call(name: str, arrays, max_len: int, validate: bool, device: str) 
     return lambda: verifier.verify_batch(tokens, draft, target, cu, generator=generator, max_draft_len=max_len)
 
 
-def latency_rows(args, names: list[str], cuda: bool, progress: Progress | None = None) -> list[dict]:
+def latency_rows(args: VerifySpeedSettings, names: list[str], cuda: bool, progress: Progress | None = None) -> list[dict]:
     rows = []
     cells = list(itertools.product(args.vocab, args.draft_length))
     for vocab, length in track(progress, cells, "latency at each V and L"):
@@ -134,7 +150,7 @@ def latency_rows(args, names: list[str], cuda: bool, progress: Progress | None =
     return rows
 
 
-def throughput_rows(args, cuda: bool, progress: Progress | None = None) -> list[dict]:
+def throughput_rows(args: VerifySpeedSettings, cuda: bool, progress: Progress | None = None) -> list[dict]:
     """Rows per second: one batched call of B rows against B single calls (numpy, per-row verify)."""
     vocab, length = args.batch_vocab, args.batch_draft_length
     rows = []
@@ -160,7 +176,7 @@ def throughput_rows(args, cuda: bool, progress: Progress | None = None) -> list[
     return rows
 
 
-def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+def run(args: VerifySpeedSettings, progress: Progress | None = None) -> int:
     torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available()
     names = [info.name for info in verifiers() if info.exact and not info.multi_draft]

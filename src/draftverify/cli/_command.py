@@ -13,16 +13,18 @@ promises on top of typer:
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import typer
 from typer.core import TyperCommand
 
-__all__ = ["Command", "CommandError", "PIPE_CLOSED", "above", "below", "namespace", "quiet_transformers"]
+__all__ = ["Command", "CommandError", "PIPE_CLOSED", "above", "below", "quiet_transformers", "settings_of", "spread"]
+
+S = TypeVar("S")
 
 PIPE_CLOSED = 141  # the exit code a shell reports for a process ended by SIGPIPE (128 + 13)
 
@@ -109,10 +111,17 @@ def spread(args: list[str], many: set[str]) -> list[str]:
     return out
 
 
-def namespace(ctx: typer.Context) -> argparse.Namespace:
-    """This command's options by parameter name, in the order the command declares them, as the
-    benchmark runners of :mod:`draftverify.bench` take them (``run(args)``)."""
-    return argparse.Namespace(**{param.name: ctx.params[param.name] for param in ctx.command.params})
+def settings_of(ctx: typer.Context, kind: type[S], **given: Any) -> S:
+    """This command's options as the frozen settings dataclass ``kind`` of its benchmark
+    (``bench.run(settings, progress)``): each field from the option of its name, a list as a tuple,
+    unless ``given`` holds the field's value already converted (``shape=((576, 1536),)``). An option
+    that no field takes is a bug of the command: a ``TypeError`` names it."""
+    names = {field.name for field in dataclasses.fields(kind)}
+    dropped = sorted(set(ctx.params) - names - set(given))
+    if dropped:
+        raise TypeError(f"{kind.__name__} has no field for the options {', '.join(dropped)}")
+    values = {name: given[name] if name in given else ctx.params[name] for name in names}
+    return kind(**{name: tuple(v) if isinstance(v, list) else v for name, v in values.items()})
 
 
 def above(bound: float) -> Callable[[Any], Any]:

@@ -1,7 +1,9 @@
 """`draftverify bench NAME`: benchmarks that print JSON and a table.
 
-Each benchmark is a module ``draftverify.bench.<module>`` with ``run(args, progress) -> int``; its
-command (options, help, defaults) is the module of the same name here. Add yours to ``app``."""
+Each benchmark is a module ``draftverify.bench.<module>`` with a frozen settings dataclass and
+``run(settings, progress) -> int``; its command (options, help, defaults) is the module of the same
+name here, whose options are the settings' fields by name (``_command.settings_of``). Add yours to
+``app``."""
 
 from __future__ import annotations
 

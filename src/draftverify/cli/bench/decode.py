@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .._command import namespace, quiet_transformers
+from .._command import settings_of, quiet_transformers
 from .._options import DraftFolder, TargetFolder
 from .._progress import progress_bar
 
@@ -57,4 +57,4 @@ def decode(
     from ...bench import decode as bench
 
     with progress_bar(ctx) as progress:
-        return bench.run(namespace(ctx), progress)
+        return bench.run(settings_of(ctx, bench.DecodeSettings), progress)

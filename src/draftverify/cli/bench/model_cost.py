@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .._command import namespace, quiet_transformers
+from .._command import settings_of, quiet_transformers
 from .._options import JsonFile
 from .._progress import progress_bar
 
@@ -33,4 +33,4 @@ def model_cost(
     from ...bench import model_cost as bench
 
     with progress_bar(ctx) as progress:
-        return bench.run(namespace(ctx), progress)
+        return bench.run(settings_of(ctx, bench.ModelCostSettings), progress)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from .._command import above, namespace, quiet_transformers
+from .._command import above, settings_of, quiet_transformers
 from .._options import Seed
 from .._progress import progress_bar
 
@@ -43,4 +43,4 @@ def ot(
     from ...bench import ot as bench
 
     with progress_bar(ctx) as progress:
-        return bench.run(namespace(ctx), progress)
+        return bench.run(settings_of(ctx, bench.OtSettings), progress)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .._command import namespace
+from .._command import settings_of
 from .._options import JsonFile
 from .._progress import progress_bar
 
@@ -35,7 +35,6 @@ def panel_mm(
     """Microseconds per small-row product over out-of-cache weights: the panel kernel against torch, oneDNN, numpy."""
     from ...bench import panel_mm as bench
 
-    args = namespace(ctx)
-    args.shape = [_shape(s) for s in shape]
+    settings = settings_of(ctx, bench.PanelMmSettings, shape=tuple(_shape(s) for s in shape))
     with progress_bar(ctx) as progress:
-        return bench.run(args, progress)
+        return bench.run(settings, progress)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .._command import namespace
+from .._command import settings_of
 from .._options import JsonFile, Seed
 from .._progress import progress_bar
 
@@ -25,4 +25,4 @@ def spectr_gbv(
     from ...bench import spectr_gbv as bench
 
     with progress_bar(ctx) as progress:
-        return bench.run(namespace(ctx), progress)
+        return bench.run(settings_of(ctx, bench.SpectrGbvSettings), progress)

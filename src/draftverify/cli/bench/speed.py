@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .._command import namespace, quiet_transformers
+from .._command import settings_of, quiet_transformers
 from .._options import DraftFolder, JsonFile, Seed, TargetFolder
 from .._progress import progress_bar
 
@@ -36,4 +36,4 @@ def speed(
     from ...bench import speed as bench
 
     with progress_bar(ctx) as progress:
-        return bench.run(namespace(ctx), progress)
+        return bench.run(settings_of(ctx, bench.SpeedSettings), progress)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .._command import namespace
+from .._command import settings_of
 from .._options import JsonFile
 from .._progress import progress_bar
 
@@ -28,4 +28,4 @@ def verify(
     from ...bench import verify_speed
 
     with progress_bar(ctx) as progress:
-        return verify_speed.run(namespace(ctx), progress)
+        return verify_speed.run(settings_of(ctx, verify_speed.VerifySpeedSettings), progress)
