@@ -121,7 +121,7 @@ class StatelessGBV(Verifier):
     exact = False
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state):
-        result = GreedyBlockVerification()._verify(draft_tokens, draft_probs, target_probs, generator, None)
+        result = GreedyBlockVerification().verify_trusted(draft_tokens, draft_probs, target_probs, generator)
         return VerifyResult(result.tokens, result.num_accepted, result.draft_index, None)
 
 

@@ -69,5 +69,5 @@ class PeekingLength(Verifier):
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state):
         last = draft_tokens[0, -1]
         keep = draft_tokens.shape[1] - int(last != draft_probs[0, -1].argmax())
-        return get_verifier(self.inner)._verify(draft_tokens[:, :keep], draft_probs[:, :keep],
-                                                target_probs[:, : keep + 1], generator, state)
+        return get_verifier(self.inner).verify_trusted(draft_tokens[:, :keep], draft_probs[:, :keep],
+                                                       target_probs[:, : keep + 1], generator, state)

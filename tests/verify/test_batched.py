@@ -11,8 +11,7 @@ import torch
 from draftverify import get_verifier
 from draftverify.bench.verify_speed import lm_like_pair
 from draftverify.rng import BranchingSource
-from draftverify.testing import enumerate_outcomes, exact_sequence_law, goodness_of_fit, random_pair
-from draftverify.testing.checker import _draw_drafts
+from draftverify.testing import draw_drafts, enumerate_outcomes, exact_sequence_law, goodness_of_fit, random_pair
 from draftverify.verify import batched, block
 from draftverify.verify.base import VerifyResult
 from draftverify.verify.batched import PAD_TOKEN_ID, draw_uniforms
@@ -241,7 +240,7 @@ def test_kernel_equals_per_row_verifier_on_every_branch(name, options, length):
     verifier = get_verifier(name, **options)
 
     def one_call(source):
-        tokens, draft, target = _draw_drafts(PAIR, [1], 1, length, source)
+        tokens, draft, target = draw_drafts(PAIR, [1], 1, length, source)
         cells = UniformCells(source, length, coins_descending=name == "bv")
         reference = verifier.verify(tokens, draft, target, generator=cells).tokens
         uniforms = torch.tensor(cells.uniforms, dtype=torch.float64)

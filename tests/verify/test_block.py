@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from draftverify import get_verifier
-from draftverify.testing import KnownLawPair, MarkovModel, enumerate_outcomes, random_pair
-from draftverify.testing.checker import _draw_drafts
+from draftverify.testing import KnownLawPair, MarkovModel, draw_drafts, enumerate_outcomes, random_pair
 from draftverify.verify.block import GBVState
 
 from .test_token import expected_accepted, monte_carlo_accepted
@@ -79,7 +78,7 @@ def test_gbv_state_is_returned_and_validated():
     verifier = get_verifier("gbv")
 
     def first_state(source):
-        tokens, draft, target = _draw_drafts(pair, [], 1, 3, source)
+        tokens, draft, target = draw_drafts(pair, [], 1, 3, source)
         result = verifier.verify(tokens, draft, target, generator=source)
         return result.num_accepted, result.state
 
@@ -88,6 +87,6 @@ def test_gbv_state_is_returned_and_validated():
             assert isinstance(state, GBVState) and state.modifications[-1].remaining == 3 - accepted - 1
         else:
             assert state is None
-    tokens, draft, target = _draw_drafts(pair, [], 1, 2, np.random.default_rng(0))
+    tokens, draft, target = draw_drafts(pair, [], 1, 2, np.random.default_rng(0))
     with pytest.raises(ValueError, match="state"):
         verifier.verify(tokens, draft, target, state="not a state")

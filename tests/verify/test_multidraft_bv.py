@@ -12,12 +12,11 @@ import torch
 
 from draftverify import get_verifier, verifiers
 from draftverify.bench.spectr_gbv import context_free_pair, first_call_expected_accepted
-from draftverify.testing import check_exactness, exact_output_law, exact_sequence_law, random_pair
-from draftverify.testing.checker import _draw_drafts
+from draftverify.testing import check_exactness, draw_drafts, exact_output_law, exact_sequence_law, random_pair
 from draftverify.theory import kseq_acceptance
 from draftverify.ot import optimal_acceptance
 from draftverify.verify.base import VerifyResult
-from draftverify.verify.multidraft_bv import _sequential_selector, selection_chain, sequential_selection, transport_selection
+from draftverify.verify.multidraft_bv import sequential_selector, selection_chain, sequential_selection, transport_selection
 from tests.factories import random_distributions
 
 STRICT = 1e-3  # a correct verifier passes above this p-value (fixed seeds: deterministic)
@@ -31,7 +30,7 @@ class SelectedPathWithDraftRows:
 
     def verify(self, draft_tokens, draft_probs, target_probs, generator=None, state=None):
         tokens, draft, target = (torch.as_tensor(a) for a in (draft_tokens, draft_probs, target_probs))
-        lead, _ = selection_chain(tokens, draft, target, _sequential_selector, generator)
+        lead, _ = selection_chain(tokens, draft, target, sequential_selector, generator)
         result = get_verifier("bv").verify(tokens[lead : lead + 1], draft[lead : lead + 1], target[lead : lead + 1], generator=generator)
         return VerifyResult(result.tokens, result.num_accepted, lead)
 
@@ -82,7 +81,7 @@ def test_k1_is_bv_draw_for_draw():
     pair = random_pair(vocab_size=3, order=2, seed=2)
     ours, bv = get_verifier("multidraft-bv"), get_verifier("bv")
     for seed in range(3):
-        call = _draw_drafts(pair, [], 1, 3, np.random.default_rng(seed))
+        call = draw_drafts(pair, [], 1, 3, np.random.default_rng(seed))
         assert exact_output_law(ours, *call) == pytest.approx(exact_output_law(bv, *call), abs=1e-12)
         for draw in range(5):
             a = ours.verify(*call, generator=torch.Generator().manual_seed(draw))
@@ -106,7 +105,7 @@ def test_selection_laws_are_the_laws_of_the_selections(seed):
     target, draft = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
     draft[seed % vocab] = 0.0
     draft /= draft.sum()
-    law, total = selection_law_by_enumeration(_sequential_selector, target, draft, m)
+    law, total = selection_law_by_enumeration(sequential_selector, target, draft, m)
     np.testing.assert_allclose(law, total, atol=1e-12)
     overlap = np.minimum(law, target).sum()
     assert overlap >= float(kseq_acceptance(target, draft, m)) - 1e-9  # the family holds K-SEQ's rule

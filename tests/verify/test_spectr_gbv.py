@@ -17,8 +17,7 @@ from draftverify.bench.spectr_gbv import (
     first_call_expected_accepted,
     first_token_law,
 )
-from draftverify.testing import exact_output_law, exact_sequence_law, random_pair
-from draftverify.testing.checker import _draw_drafts
+from draftverify.testing import draw_drafts, exact_output_law, exact_sequence_law, random_pair
 from draftverify.theory import multidraft_acceptance, spectr_gbv_claimed_bound
 from draftverify.verify.spectr_gbv import SpecTrGBVState
 
@@ -72,12 +71,12 @@ def test_k1_without_the_modification_is_biased():
 
 def test_k1_call_equals_gbv_call_with_a_pending_modification():
     pair = random_pair(vocab_size=3, order=2, seed=7)
-    tokens, draft, target = _draw_drafts(pair, [], 1, 3, np.random.default_rng(1))
+    tokens, draft, target = draw_drafts(pair, [], 1, 3, np.random.default_rng(1))
     for x in range(3):  # a first call that accepted nothing and corrected to x leaves 2 positions modified
         first = [get_verifier(n).verify(tokens, draft, target, generator=_AllCoinsFail(x)) for n in ("gbv", "spectr-gbv")]
         gbv_state, spectr_state = first[0].state, first[1].state
         assert isinstance(spectr_state, SpecTrGBVState) and spectr_state.modifications[0].remaining == 2
-        nxt = _draw_drafts(pair, [x], 1, 3, np.random.default_rng(2))
+        nxt = draw_drafts(pair, [x], 1, 3, np.random.default_rng(2))
         gbv_law = exact_output_law(get_verifier("gbv"), *nxt, state=gbv_state)
         spectr_law = exact_output_law(get_verifier("spectr-gbv"), *nxt, state=spectr_state)
         assert gbv_law.keys() == spectr_law.keys()
@@ -133,6 +132,6 @@ def test_claimed_optimum_below_kseq_and_alpha_star_at_length_one():
 
 def test_bad_state_is_a_value_error():
     pair = random_pair(vocab_size=2, order=2, seed=3)
-    tokens, draft, target = _draw_drafts(pair, [], 2, 2, np.random.default_rng(0))
+    tokens, draft, target = draw_drafts(pair, [], 2, 2, np.random.default_rng(0))
     with pytest.raises(ValueError, match="state"):
         get_verifier("spectr-gbv").verify(tokens, draft, target, state="not a state")

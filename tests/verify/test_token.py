@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from draftverify import get_verifier
-from draftverify.testing import enumerate_outcomes, exact_output_law, random_pair
-from draftverify.testing.checker import _draw_drafts
+from draftverify.testing import draw_drafts, enumerate_outcomes, exact_output_law, random_pair
 
 
 def one_hot(index, vocab=3, dtype=torch.float64):
@@ -47,7 +46,7 @@ def path_product_expected_accepted(pair, prefix, length):
 
 def expected_accepted(verifier, pair, prefix, length):
     def one_call(source):
-        tokens, draft_probs, target_probs = _draw_drafts(pair, prefix, 1, length, source)
+        tokens, draft_probs, target_probs = draw_drafts(pair, prefix, 1, length, source)
         return verifier.verify(tokens, draft_probs, target_probs, generator=source).num_accepted
 
     return sum(n * p for n, p in enumerate_outcomes(one_call).items())
@@ -55,7 +54,7 @@ def expected_accepted(verifier, pair, prefix, length):
 
 def monte_carlo_accepted(verifier, pair, prefix, length, samples, seed=0):
     rng, generator = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
-    counts = [verifier.verify(*_draw_drafts(pair, prefix, 1, length, rng), generator=generator).num_accepted for _ in range(samples)]
+    counts = [verifier.verify(*draw_drafts(pair, prefix, 1, length, rng), generator=generator).num_accepted for _ in range(samples)]
     return np.mean(counts), np.std(counts) / np.sqrt(samples)
 
 
@@ -93,7 +92,7 @@ def test_submaximal_extra_rejections_equal_sum_of_epsilons(fraction):
 def test_submaximal_with_fraction_zero_is_sd():
     pair = random_pair(vocab_size=3, seed=4)
     for seed in range(20):
-        tokens, draft, target = _draw_drafts(pair, [], 1, 3, np.random.default_rng(seed))
+        tokens, draft, target = draw_drafts(pair, [], 1, 3, np.random.default_rng(seed))
         a = get_verifier("sd").verify(tokens, draft, target, generator=torch.Generator().manual_seed(seed))
         b = get_verifier("submaximal", fraction=0.0).verify(tokens, draft, target, generator=torch.Generator().manual_seed(seed))
         assert a == b
@@ -107,6 +106,6 @@ def test_greedy_equals_argmax_decoding():
         expected.append(int(np.argmax(pair.target.conditional(expected))))
     rng = np.random.default_rng(0)
     while len(prefix) < 12:
-        result = verifier.verify(*_draw_drafts(pair, prefix, 1, 3, rng))
+        result = verifier.verify(*draw_drafts(pair, prefix, 1, 3, rng))
         prefix.extend(result.tokens)
     assert prefix[:12] == expected

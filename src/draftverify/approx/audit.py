@@ -26,7 +26,7 @@ from ..models.base import LanguageModel
 from ..models.hidden import HiddenStateTap
 from ..probs import warp
 
-__all__ = ["PositionAudit", "Audit", "audit_positions", "summarise"]
+__all__ = ["PositionAudit", "Audit", "audit_positions", "summarise", "teacher_forced"]
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,12 @@ class Audit:
     acceptance_theory: float
 
 
-def _teacher_forced(model: LanguageModel, tokens: list[int], count: int, tap: HiddenStateTap | None, warping: dict):
+def teacher_forced(model: LanguageModel, tokens: list[int], count: int, tap: HiddenStateTap | None, warping: dict):
     """Warped distributions ``[count, V]`` (float64) predicting the last ``count`` tokens of
     ``tokens``. The logits are warped in float64, so each row sums to one to float64 precision
     (float32 rows upcast afterwards are off by up to 1e-5, beyond the float64 tolerance of the
-    theory functions they are passed to)."""
+    theory functions they are passed to). ``warping``: :func:`draftverify.probs.warp`'s keywords;
+    with a ``tap``, also the draft's hidden states ``[count, H]`` there (else None)."""
     inputs = torch.tensor([tokens[:-1]], dtype=torch.int64)
     if tap is None:
         return warp(model.forward(model.new_cache(1), inputs, None, count)[0].double(), **warping), None
@@ -85,8 +86,8 @@ def audit_positions(target: LanguageModel, draft: LanguageModel, verifier, promp
     sequence = list(prompt_ids) + list(generated)
     spec = getattr(verifier.classifier, "spec", None)
     tap = HiddenStateTap(draft) if spec is not None and spec.hidden else None
-    draft_all, hidden_all = _teacher_forced(draft, sequence, len(generated), tap, warping)
-    target_all, _ = _teacher_forced(target, sequence, len(generated), None, warping)
+    draft_all, hidden_all = teacher_forced(draft, sequence, len(generated), tap, warping)
+    target_all, _ = teacher_forced(target, sequence, len(generated), None, warping)
     index = torch.from_numpy(positions)
     draft_probs, target_probs = draft_all[index], target_all[index]  # [n, V]
     hidden = None if hidden_all is None else hidden_all[index]

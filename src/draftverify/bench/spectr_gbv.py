@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from .. import get_verifier
-from ..testing import KnownLawPair, MarkovModel, decode_known_law, enumerate_outcomes, exact_sequence_law, random_pair
-from ..testing.checker import _draw_drafts
+from ..testing import (
+    KnownLawPair, MarkovModel, decode_known_law, draw_drafts, enumerate_outcomes, exact_sequence_law, random_pair,
+)
 from ..theory import multidraft_acceptance, spectr_gbv_claimed_bound
 from .output import emit_json
 from .progress import track
@@ -69,7 +70,7 @@ def first_call_law(verifier, pair: KnownLawPair, num_drafts: int, draft_length: 
     drafts and the verifier's draws enumerated together (no state)."""
 
     def one_call(source):
-        tokens, draft_probs, target_probs = _draw_drafts(pair, [], num_drafts, draft_length, source)
+        tokens, draft_probs, target_probs = draw_drafts(pair, [], num_drafts, draft_length, source)
         result = verifier.verify(tokens, draft_probs, target_probs, generator=source)
         return tuple(result.tokens), result.num_accepted
 

@@ -11,7 +11,7 @@ scripted uniforms.
 
 from .checker import (
     FAILED, INCONCLUSIVE, PASSED, DecodeTrace, ExactnessReport, check_exactness, decode_known_law, detectable_tv,
-    exact_sequence_law, goodness_of_fit,
+    draw_drafts, exact_sequence_law, goodness_of_fit,
 )
 from .conform import ConformanceReport, conform
 from .enumerate import enumerate_outcomes, exact_output_law
@@ -30,6 +30,7 @@ __all__ = [
     "conform",
     "decode_known_law",
     "detectable_tv",
+    "draw_drafts",
     "enumerate_outcomes",
     "exact_output_law",
     "exact_sequence_law",

@@ -26,7 +26,7 @@ from .markov import KnownLawPair, random_pair
 
 __all__ = [
     "ExactnessReport", "DecodeTrace", "FAILED", "INCONCLUSIVE", "PASSED", "check_exactness", "decode_known_law",
-    "detectable_tv", "exact_sequence_law", "goodness_of_fit",
+    "detectable_tv", "draw_drafts", "exact_sequence_law", "goodness_of_fit",
 ]
 
 
@@ -106,9 +106,10 @@ class ExactnessReport:
         return self.status == PASSED
 
 
-def _draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length: int, source):
-    """K i.i.d. draft continuations of ``prefix``: tokens [K, L], draft_probs [K, L, V], target_probs
-    [K, L+1, V] (float64). ``source`` is a BranchingSource (enumeration) or a numpy Generator."""
+def draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length: int, source):
+    """K i.i.d. draft continuations of ``prefix`` drawn from ``pair``'s draft, as a verifier takes
+    them: tokens [K, L], draft_probs [K, L, V], target_probs [K, L+1, V] (float64). ``source`` is a
+    BranchingSource (enumeration: every draft is a branch) or a numpy Generator (Monte Carlo)."""
     tokens = np.zeros((num_drafts, length), dtype=np.int64)
     for k in range(num_drafts):
         for i in range(length):
@@ -136,7 +137,7 @@ def decode_known_law(
     calls = accepted = rejections = 0
     while len(prefix) < num_tokens:
         length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
-        tokens, draft_probs, target_probs = _draw_drafts(pair, prefix, num_drafts, length, draft_source)
+        tokens, draft_probs, target_probs = draw_drafts(pair, prefix, num_drafts, length, draft_source)
         result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
         prefix.extend(int(t) for t in result.tokens)
         state, length_state = result.state, policy.update(length_state, length, result.num_accepted, None)
@@ -184,7 +185,7 @@ def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, dra
         length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
 
         def one_call(source, prefix=prefix, state=state, length=length):
-            tokens, draft_probs, target_probs = _draw_drafts(pair, list(prefix), num_drafts, length, source)
+            tokens, draft_probs, target_probs = draw_drafts(pair, list(prefix), num_drafts, length, source)
             result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
             return tuple(int(t) for t in result.tokens), _state_key(result.state), result.num_accepted
 

@@ -20,6 +20,7 @@ from .base import Verifier, VerifyResult, get_verifier, register
 __all__ = [
     "MultiDraftBlockVerification",
     "sequential_selection",
+    "sequential_selector",
     "transport_selection",
     "selection_chain",
 ]
@@ -112,8 +113,10 @@ def transport_selection(target: torch.Tensor, draft: torch.Tensor, num_candidate
     return weights, torch.from_numpy(law)
 
 
-def _sequential_selector(target, draft, num_candidates):
-    """:func:`sequential_selection` as (weights(candidates) [V], law [V])."""
+def sequential_selector(target, draft, num_candidates):
+    """:func:`sequential_selection` as the selector that :func:`selection_chain` takes:
+    ``(weights, law [V])``, where ``weights(candidates [m]) -> [V]`` is the probability of selecting
+    each token among the drawn candidates and ``law`` the selected token's law over the draws."""
     accept, law = sequential_selection(target, draft, num_candidates)
 
     def weights(candidates: torch.Tensor) -> torch.Tensor:
@@ -197,7 +200,7 @@ class MultiDraftBlockVerification(Verifier):
     def _selector(self, target, draft, num_candidates):
         if self.selection == "ot":
             return transport_selection(target, draft, num_candidates, self.solver)
-        return _sequential_selector(target, draft, num_candidates)
+        return sequential_selector(target, draft, num_candidates)
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
         lead, laws = selection_chain(draft_tokens, draft_probs, target_probs, self._selector, generator)
