@@ -1,16 +1,26 @@
-"""The one factory of random distributions for the tests: seeded Dirichlet rows, and verifier
-inputs built from them (draft tokens sampled from their draft rows); any registered verifier; and
-the synthetic SPRINTER classifier of given rates."""
+"""The factories of the tests, in one place: seeded Dirichlet rows and the verifier inputs built
+from them (draft tokens sampled from their draft rows), one-hot rows, conditional tables for the
+theory (random, order-1, or a known-law Markov model's) and a hypothesis strategy of distribution
+pairs; the engine's models of a known-law pair; the tiny random transformer pair (as models, or
+written to folders for the command line); any registered verifier; the synthetic SPRINTER
+classifier of given rates. The broken twins are in ``tests/verify/broken_twins.py`` and
+``tests/testing/conform_twins.py``."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from hypothesis import strategies as st
 
-from draftverify import get_verifier
+from draftverify import get_verifier, verifiers
+from draftverify.models.hf import TransformersModel
+from draftverify.models.toy import ToyModel, tiny_causal_lm
+from draftverify.testing import KnownLawPair, MarkovModel
 
 
 def random_distributions(rng: np.random.Generator | int, *shape: int, concentration: float = 1.0) -> np.ndarray:
@@ -35,9 +45,80 @@ def random_verify_inputs(
     return torch.from_numpy(tokens), torch.from_numpy(draft).to(dtype), torch.from_numpy(target).to(dtype)
 
 
+def one_hot(index: int, vocab: int = 3, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The row ``[V]`` with all its mass on ``index``."""
+    return torch.nn.functional.one_hot(torch.tensor(index), vocab).to(dtype)
+
+
+def random_tables(rng: np.random.Generator, vocab: int, length: int, concentration: float = 1.0) -> list[np.ndarray]:
+    """Conditional tables of a random autoregressive model: ``tables[i]`` of shape [V] * (i + 1)."""
+    return [random_distributions(rng, *(vocab,) * (i + 1), concentration=concentration) for i in range(length)]
+
+
+def markov_tables(model: MarkovModel, length: int) -> list[np.ndarray]:
+    """The conditional tables of a :class:`MarkovModel` over its first ``length`` tokens."""
+    vocab = model.vocab_size
+    tables = []
+    for i in range(length):
+        prefixes = np.array(list(itertools.product(range(vocab), repeat=i)), dtype=np.int64).reshape(vocab**i, i)
+        start = np.broadcast_to(np.asarray(model.start, dtype=np.int64), (len(prefixes), model.order))
+        rows = model.table[model.context_index(np.concatenate([start, prefixes], axis=1))]  # [V^i, V]
+        tables.append(rows.reshape((vocab,) * (i + 1)))
+    return tables
+
+
+def order_one_tables(rng: np.random.Generator, vocab: int, length: int, concentration: float = 1.0) -> list[np.ndarray]:
+    """Tables of an order-1 Markov chain (next token depends on the last token only)."""
+    first = random_distributions(rng, vocab, concentration=concentration)
+    transition = random_distributions(rng, vocab, vocab, concentration=concentration)  # [V, V]
+    return [first] + [np.broadcast_to(transition, (vocab,) * (i - 1) + (vocab, vocab)).copy() for i in range(1, length)]
+
+
+@st.composite
+def distribution_pairs(draw, min_vocab: int = 2, max_vocab: int = 6):
+    """(target, draft) over V tokens, from seeded Dirichlet draws with varied concentration."""
+    vocab = draw(st.integers(min_vocab, max_vocab))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    concentration = draw(st.sampled_from([0.2, 1.0, 5.0]))
+    return random_distributions(rng, vocab, concentration=concentration), random_distributions(rng, vocab, concentration=concentration)
+
+
+def toy_models(pair: KnownLawPair) -> tuple[ToyModel, ToyModel]:
+    """The target and draft of a known-law pair as the engine's language models."""
+    return ToyModel(pair.target), ToyModel(pair.draft)
+
+
+def tiny_lms(vocab: int, *, seeds: tuple[int, int] = (0, 1), target_width: int = 32, target_layers: int = 2,
+             **options: Any) -> tuple[Any, Any]:
+    """The tiny random ``transformers`` pair of the tests (raw models): a target ``target_width``
+    wide with ``target_layers`` layers and a draft 16 wide with one layer, each seeded by
+    ``seeds``; ``options`` (``arch``, ``dtype``, ``max_positions``) go to both
+    (:func:`draftverify.models.toy.tiny_causal_lm`)."""
+    target = tiny_causal_lm(vocab, width=target_width, layers=target_layers, seed=seeds[0], **options)
+    return target, tiny_causal_lm(vocab, width=16, layers=1, seed=seeds[1], **options)
+
+
+def tiny_pair(vocab: int, *, tokenizer: Any = None, **options: Any) -> tuple[TransformersModel, TransformersModel]:
+    """:func:`tiny_lms` as the engine's models; the target carries ``tokenizer``."""
+    target, draft = tiny_lms(vocab, **options)
+    return TransformersModel(target, tokenizer), TransformersModel(draft)
+
+
+def save_pair(root: Path, target: Any, draft: Any, tokenizer: Any) -> Path:
+    """Write raw models as the folders the command line loads: ``root/target`` (with the tokenizer)
+    and ``root/draft``; returns ``root``."""
+    target.save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    draft.save_pretrained(root / "draft")
+    return root
+
+
 def registered_verifier(name: str, **options):
-    """Any registered verifier with ``options``; ``sprinter`` gets the rate classifier it requires
-    (a test device that says "yes" by given rates)."""
+    """Any registered verifier with ``options`` (one that disappeared from the registry fails here,
+    it is not skipped); ``sprinter`` gets the rate classifier it requires (a test device that says
+    "yes" by given rates)."""
+    assert name in {info.name for info in verifiers()}, f"verifier {name!r} is not registered"
     if name == "sprinter":
         options = {"classifier": RateClassifier(), **options}
     return get_verifier(name, **options)

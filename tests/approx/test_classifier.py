@@ -9,8 +9,7 @@ import torch
 
 from draftverify.approx import FeatureSpec, HiddenStateTap, LinearClassifier, build_features, labels_for, roc_curve, train_classifier
 from draftverify.approx.data import PREFIX_KINDS, collect
-from draftverify.models.hf import TransformersModel
-from draftverify.models.toy import tiny_causal_lm
+from tests.factories import tiny_pair
 
 
 def brute_force_auc(scores, labels) -> float:
@@ -81,8 +80,7 @@ def test_features_by_hand():
 
 @pytest.fixture(scope="module")
 def tiny():
-    target = TransformersModel(tiny_causal_lm(30, seed=1, dtype=torch.float32))
-    draft = TransformersModel(tiny_causal_lm(30, seed=2, width=16, layers=1, dtype=torch.float32))
+    target, draft = tiny_pair(30, seeds=(1, 2), dtype=torch.float32)
     with torch.no_grad():
         target.model.transformer.wte.weight.mul_(30)
         draft.model.transformer.wte.weight.mul_(30)

@@ -12,10 +12,8 @@ from draftverify import theory
 from draftverify.approx import FeatureSpec, LinearClassifier, Sprinter, load_classifier
 from draftverify.models.hidden import draft_fingerprint
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
-from draftverify.models.hf import TransformersModel
-from draftverify.models.toy import ToyModel, tiny_causal_lm
 from draftverify.testing import MarkovModel, goodness_of_fit, random_pair
-from tests.factories import random_distributions
+from tests.factories import random_distributions, tiny_pair, toy_models
 
 VOCAB, NUM_TOKENS, SAMPLES = 3, 4, 2500
 STRICT, BROKEN = 1e-3, 1e-6
@@ -43,7 +41,7 @@ def law_after(markov, prompt, num_tokens) -> np.ndarray:
 
 
 def engine_counts(pair, verifier, prompt=(1,), draft_length=NUM_TOKENS, seed=0) -> np.ndarray:
-    results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [list(prompt)] * SAMPLES, verifier,
+    results = generate_batch(*toy_models(pair), [list(prompt)] * SAMPLES, verifier,
                              draft_length=draft_length, max_new_tokens=NUM_TOKENS, seed=seed)
     counts = np.zeros(VOCAB**NUM_TOKENS)
     for result in results:
@@ -84,8 +82,7 @@ def test_yes_all_tokens_agrees_with_the_decisions_on_drawn_tokens():
 
 
 def test_transformers_pair_caches_stats_and_log(tmp_path):
-    target = TransformersModel(tiny_causal_lm(40, seed=1, dtype=torch.float32))
-    draft = TransformersModel(tiny_causal_lm(40, seed=2, width=16, layers=1, dtype=torch.float32))
+    target, draft = tiny_pair(40, seeds=(1, 2), dtype=torch.float32)
     hidden_size = 16
     classifier = LinearClassifier(np.r_[np.zeros(hidden_size), 1.0, 0.0], 3.7, np.zeros(hidden_size + 2),
                                   np.ones(hidden_size + 2), FeatureSpec(), 1.2, hidden_size)
@@ -126,4 +123,4 @@ def test_transformers_pair_caches_stats_and_log(tmp_path):
 def test_hidden_state_classifier_needs_a_transformers_draft(pair):
     classifier = LinearClassifier(np.zeros(4), 0.0, np.zeros(4), np.ones(4), FeatureSpec(log_draft_prob=False), 1.0, 3)
     with pytest.raises(ValueError, match="output layer"):
-        generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]], Sprinter(classifier=classifier), max_new_tokens=2)
+        generate_batch(*toy_models(pair), [[1]], Sprinter(classifier=classifier), max_new_tokens=2)

@@ -11,8 +11,8 @@ import torch
 
 from draftverify.cli import main
 from draftverify.bench.compare import compare
-from draftverify.models.hf import TransformersModel
-from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+from draftverify.models.toy import char_tokenizer
+from tests.factories import tiny_pair
 
 
 def test_bench_speed_prints_json_and_table(capsys, tmp_path):
@@ -49,8 +49,7 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
 
 def test_compare_prints_completion_and_table():
     tokenizer = char_tokenizer()
-    target = TransformersModel(tiny_causal_lm(len(tokenizer), dtype=torch.float32), tokenizer)
-    draft = TransformersModel(tiny_causal_lm(len(tokenizer), width=16, layers=1, seed=1, dtype=torch.float32))
+    target, draft = tiny_pair(len(tokenizer), dtype=torch.float32, tokenizer=tokenizer)
     out = io.StringIO()
     rows = compare("def f(x):", target=target, drafts={"draft": draft}, tokenizer=tokenizer,
                    specs=("ar", "sd", "bv"), max_new_tokens=8, out=out)

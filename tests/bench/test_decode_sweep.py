@@ -11,9 +11,9 @@ from draftverify.bench.probes import first_token_deviation
 from draftverify.bench.prompts import MIXED, load_prompts
 from draftverify.bench.summary import summarize
 from draftverify.bench.sweep import RunConfig, Sweep, read_method, run_sweep
-from draftverify.models import ToyModel
 from draftverify.testing import random_pair
-from tests.engine.test_engine_exactness import AcceptAll  # the engine tests' broken twin
+from tests.factories import toy_models
+from tests.verify.broken_twins import AcceptAll
 
 PROMPTS = [[1], [2, 3]]
 TOKENS = 10
@@ -22,7 +22,8 @@ TOKENS = 10
 @pytest.fixture(scope="module")
 def models():
     pair = random_pair(vocab_size=4, order=2, seed=3)
-    return ToyModel(pair.target), {"draft": ToyModel(pair.draft)}
+    target, draft = toy_models(pair)
+    return target, {"draft": draft}
 
 
 def _sweep(models, tmp_path, **kwargs):

@@ -14,6 +14,7 @@ from draftverify.engine import generate_batch
 from draftverify.models.toy import ToyModel
 from draftverify.testing import random_pair
 from draftverify.theory.tuning import expected_calls, path_survival
+from tests.factories import toy_models
 
 NUM_TOKENS = 12
 
@@ -30,7 +31,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def models():
     pair = random_pair(vocab_size=4, order=2, seed=2)
-    return ToyModel(pair.target), ToyModel(pair.draft)
+    return toy_models(pair)
 
 
 @pytest.mark.parametrize("method,length", [("sd", 2), ("bv", 3)])

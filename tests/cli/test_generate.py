@@ -7,15 +7,14 @@ import torch
 
 from draftverify.cli import main
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+from tests.factories import save_pair, tiny_lms
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     tokenizer = char_tokenizer()
-    tiny_causal_lm(len(tokenizer), seed=0, dtype=torch.float32).save_pretrained(root / "target")
-    tokenizer.save_pretrained(root / "target")
-    tiny_causal_lm(len(tokenizer), width=16, layers=1, seed=1, dtype=torch.float32).save_pretrained(root / "draft")
+    save_pair(root, *tiny_lms(len(tokenizer), dtype=torch.float32), tokenizer)
     tiny_causal_lm(len(tokenizer) + 2, width=16, layers=1, seed=1, dtype=torch.float32).save_pretrained(root / "wide")
     return root
 

@@ -21,7 +21,8 @@ import typer
 
 from draftverify.cli import app, main
 from draftverify.models.pair import ASSETS
-from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+from draftverify.models.toy import char_tokenizer
+from tests.factories import save_pair, tiny_lms
 
 ROOT = Path(__file__).resolve().parents[2]
 INCONCLUSIVE = 3  # `check` on a handful of samples cannot judge (draftverify.cli.check.EXIT_CODES)
@@ -199,10 +200,8 @@ def places(tmp_path_factory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("smoke")
     toy = tmp / "toy"
     tokenizer = char_tokenizer()
-    tiny_causal_lm(len(tokenizer), seed=0, dtype=torch.float32).save_pretrained(toy / "target")
-    tokenizer.save_pretrained(toy / "target")
+    save_pair(toy, *tiny_lms(len(tokenizer), dtype=torch.float32), tokenizer)
     tokenizer.save_pretrained(toy / "tokenizer")
-    tiny_causal_lm(len(tokenizer), width=16, layers=1, seed=1, dtype=torch.float32).save_pretrained(toy / "draft")
     (tmp / "prompts.jsonl").write_text(json.dumps({"code": "def f(x):"}) + "\n")
     return {"tmp": str(tmp), "toy": str(toy)}
 

@@ -12,7 +12,8 @@ from draftverify.approx import LinearClassifier
 from draftverify.models.hidden import draft_fingerprint
 from draftverify.models.hf import TransformersModel
 from draftverify.cli import main
-from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+from draftverify.models.toy import char_tokenizer
+from tests.factories import save_pair, tiny_lms
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +21,11 @@ def tiny_pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("pair")
     tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz .,:()=+\n\"'_0123456789[]<>-*/#")
     vocab = len(tokenizer)
-    target = tiny_causal_lm(vocab, seed=1, dtype=torch.float32, max_positions=4096)
-    draft = tiny_causal_lm(vocab, seed=2, width=16, layers=1, dtype=torch.float32, max_positions=4096)
+    target, draft = tiny_lms(vocab, seeds=(1, 2), dtype=torch.float32, max_positions=4096)
     with torch.no_grad():  # peaked distributions, so D / T spreads on both sides of lambda
         target.transformer.wte.weight.mul_(40)
         draft.transformer.wte.weight.mul_(40)
-    target.save_pretrained(root / "target")
-    tokenizer.save_pretrained(root / "target")
-    draft.save_pretrained(root / "draft")
-    return root
+    return save_pair(root, target, draft, tokenizer)
 
 
 def test_train_then_report(tiny_pair, tmp_path, capsys):

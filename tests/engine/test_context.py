@@ -5,17 +5,14 @@ from __future__ import annotations
 import pytest
 
 from draftverify.engine import DecodeConfig, Decoder, generate
-from draftverify.models.hf import TransformersModel
-from draftverify.models.toy import tiny_causal_lm
+from tests.factories import tiny_pair
 
 VOCAB, CONTEXT = 32, 24
 
 
 @pytest.fixture(scope="module")
 def models():
-    target = TransformersModel(tiny_causal_lm(VOCAB, width=16, layers=1, seed=0, max_positions=CONTEXT))
-    draft = TransformersModel(tiny_causal_lm(VOCAB, width=16, layers=1, seed=1, max_positions=CONTEXT))
-    return target, draft
+    return tiny_pair(VOCAB, target_width=16, target_layers=1, max_positions=CONTEXT)
 
 
 def test_prompt_plus_max_new_tokens_beyond_the_context_is_refused_up_front(models):

@@ -6,8 +6,8 @@ import pytest
 
 from draftverify.engine import DecodeConfig, Decoder, generate, generate_batch
 from draftverify.engine.draft_length import AutoDraftLength, HeuristicDraftLength, StepSeconds, draft_length_policy
-from draftverify.models.toy import ToyModel
 from draftverify.testing import goodness_of_fit, random_pair
+from tests.factories import toy_models
 from tests.engine.test_engine_exactness import NUM_TOKENS, THRESHOLD, conditional_law, sequence_counts
 from tests.verify.broken_twins import PeekingLength
 
@@ -80,7 +80,7 @@ def test_engine_law_with_a_length_per_prompt(pair, method, num_drafts):
     """Many rows of one batch, each choosing its own L: ragged drafts through the batched kernels
     (sd, bv) and through the per-row verifier (gbv, whose state sets a floor on L; kseq)."""
     samples = 1200 if method in ("kseq", "gbv") else SAMPLES
-    results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]] * samples, method,
+    results = generate_batch(*toy_models(pair), [[1]] * samples, method,
                              num_drafts=num_drafts, draft_length=given_costs(), max_new_tokens=NUM_TOKENS, seed=4)
     assert {s.draft_length for r in results for s in r.steps} == {1, 2, 3}
     law = conditional_law(pair.target, [1], NUM_TOKENS)
@@ -88,7 +88,7 @@ def test_engine_law_with_a_length_per_prompt(pair, method, num_drafts):
 
 
 def test_the_peeking_twin_fails_in_the_engine(pair):
-    results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]] * SAMPLES, PeekingLength(),
+    results = generate_batch(*toy_models(pair), [[1]] * SAMPLES, PeekingLength(),
                              draft_length=2, max_new_tokens=NUM_TOKENS, seed=4)
     law = conditional_law(pair.target, [1], NUM_TOKENS)
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] < THRESHOLD
@@ -97,12 +97,12 @@ def test_the_peeking_twin_fails_in_the_engine(pair):
 def test_caches_hold_with_ragged_lengths_and_seeded_runs_repeat(pair):
     prompts = [[1], [2, 0], [0, 0, 1, 2]]
     config = DecodeConfig("sd", draft_length=given_costs(4), max_new_tokens=12, seed=7)
-    decoder = Decoder(ToyModel(pair.target), ToyModel(pair.draft), prompts, config)
+    decoder = Decoder(*toy_models(pair), prompts, config)
     while not decoder.done:
         decoder.step()
         decoder.check_caches()
-    first = generate(ToyModel(pair.target), ToyModel(pair.draft), [1, 2], "bv", draft_length=given_costs(), seed=9)
-    again = generate(ToyModel(pair.target), ToyModel(pair.draft), [1, 2], "bv", draft_length=given_costs(), seed=9)
+    first = generate(*toy_models(pair), [1, 2], "bv", draft_length=given_costs(), seed=9)
+    again = generate(*toy_models(pair), [1, 2], "bv", draft_length=given_costs(), seed=9)
     assert first.tokens == again.tokens and [s.draft_length for s in first.steps] == [s.draft_length for s in again.steps]
-    measured = generate(ToyModel(pair.target), ToyModel(pair.draft), [1, 2], "sd", draft_length="auto", max_new_tokens=40)
+    measured = generate(*toy_models(pair), [1, 2], "sd", draft_length="auto", max_new_tokens=40)
     assert len(measured.tokens) == 40 and all(1 <= s.draft_length <= 8 for s in measured.steps)

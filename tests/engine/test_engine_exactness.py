@@ -7,18 +7,15 @@ twins (a verifier that accepts everything; gbv with its state dropped) must fail
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 import torch
-import draftverify
+
 from draftverify.engine import generate_batch
-from draftverify.models.toy import ToyModel
 from draftverify.probs import warp
 from draftverify.testing import goodness_of_fit, random_pair
-from draftverify.verify import Verifier, VerifyResult
-from draftverify.verify.block import GreedyBlockVerification
+from tests.factories import toy_models
+from tests.verify.broken_twins import AcceptAll, StatelessGBV
 
 VOCAB, NUM_TOKENS, SAMPLES = 3, 4, 2500
 THRESHOLD = 1e-3
@@ -54,7 +51,7 @@ def sequence_counts(results, num_tokens: int) -> np.ndarray:
 
 
 def engine_p_value(pair, method, *, prompt=(1,), samples=SAMPLES, num_drafts=None, draft_length=2, seed=0) -> float:
-    target, draft = ToyModel(pair.target), ToyModel(pair.draft)
+    target, draft = toy_models(pair)
     results = generate_batch(
         target, draft, [list(prompt)] * samples, method,
         num_drafts=num_drafts, draft_length=draft_length, max_new_tokens=NUM_TOKENS, seed=seed,
@@ -82,7 +79,7 @@ def test_ar_output_law_equals_target(pair):
 def test_warped_target_law_with_temperature_and_top_k(pair):
     """Draft and target are warped alike, so the output follows the warped target."""
     warping = dict(temperature=0.6, top_k=2)
-    results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]] * SAMPLES, "sd",
+    results = generate_batch(*toy_models(pair), [[1]] * SAMPLES, "sd",
                              draft_length=2, max_new_tokens=NUM_TOKENS, seed=2, **warping)
     law = conditional_law(pair.target, [1], NUM_TOKENS, **warping)
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
@@ -92,37 +89,11 @@ def test_warped_target_law_with_temperature_and_top_k(pair):
 
 def test_ragged_prompts_each_follow_their_own_law(pair):
     prompts = [[1], [2, 0, 1]] * (SAMPLES // 2)
-    results = generate_batch(ToyModel(pair.target), ToyModel(pair.draft), prompts, "bv",
+    results = generate_batch(*toy_models(pair), prompts, "bv",
                              draft_length=3, max_new_tokens=NUM_TOKENS, seed=1)
     for start, prompt in enumerate(prompts[:2]):
         law = conditional_law(pair.target, prompt, NUM_TOKENS)
         assert goodness_of_fit(sequence_counts(results[start::2], NUM_TOKENS), law)[0] > THRESHOLD
-
-
-@dataclass(frozen=True)
-class AcceptAll(Verifier):
-    """Broken twin: keeps every draft token, then a bonus token (its output follows the draft)."""
-
-    name = "accept-all"
-    description = "broken on purpose"
-    exact = False
-
-    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state):
-        bonus = draftverify.rng.categorical(target_probs[0, -1], generator)
-        return VerifyResult(draft_tokens[0].tolist() + [bonus], draft_tokens.shape[1], 0, None)
-
-
-@dataclass(frozen=True)
-class StatelessGBV(Verifier):
-    """Broken twin: gbv whose state (the target modification) the decoding loop forgets."""
-
-    name = "gbv-stateless"
-    description = "broken on purpose"
-    exact = False
-
-    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state):
-        result = GreedyBlockVerification().verify_trusted(draft_tokens, draft_probs, target_probs, generator)
-        return VerifyResult(result.tokens, result.num_accepted, result.draft_index, None)
 
 
 @pytest.mark.parametrize("broken", [AcceptAll(), StatelessGBV()], ids=lambda v: v.name)
@@ -136,7 +107,7 @@ def test_toy_decoding_keeps_the_cache_invariant(pair):
     prompts = [[1], [2, 0], [0, 0, 1, 2]]
     for method, k in [("sd", None), ("gbv", None), ("ar", None)] + [(m, 2) for m, k in METHODS if k]:
         config = DecodeConfig(method, num_drafts=k, draft_length=None if method == "ar" else 3, max_new_tokens=9)
-        decoder = Decoder(ToyModel(pair.target), ToyModel(pair.draft), prompts, config)
+        decoder = Decoder(*toy_models(pair), prompts, config)
         while not decoder.done:
             decoder.step()
             decoder.check_caches()
@@ -145,7 +116,7 @@ def test_toy_decoding_keeps_the_cache_invariant(pair):
 
 def test_seeded_toy_runs_are_identical(pair):
     runs = [
-        [r.tokens for r in generate_batch(ToyModel(pair.target), ToyModel(pair.draft), [[1]] * 20, "bv",
+        [r.tokens for r in generate_batch(*toy_models(pair), [[1]] * 20, "bv",
                                                     max_new_tokens=8, seed=s)]
         for s in (5, 5, 6)
     ]

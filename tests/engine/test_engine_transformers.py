@@ -11,14 +11,14 @@ import draftverify.models.base
 from draftverify.engine import DecodeConfig, Decoder, generate, generate_batch
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
+from tests.factories import tiny_lms, tiny_pair
 
 VOCAB = 48
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def models(request):
-    target = tiny_causal_lm(VOCAB, arch=request.param, width=32, layers=2, seed=0)
-    draft = tiny_causal_lm(VOCAB, arch=request.param, width=16, layers=1, seed=1)
+    target, draft = tiny_lms(VOCAB, arch=request.param)
     return target, TransformersModel(target), TransformersModel(draft)
 
 
@@ -97,8 +97,7 @@ def test_stats_add_up(models):
 
 def test_eos_and_stop_strings_end_a_row():
     tokenizer = char_tokenizer("ab")  # <eos> = 0, <unk> = 1, a = 2, b = 3
-    target = TransformersModel(tiny_causal_lm(len(tokenizer), seed=2), tokenizer)
-    draft = TransformersModel(tiny_causal_lm(len(tokenizer), width=16, layers=1, seed=3))
+    target, draft = tiny_pair(len(tokenizer), seeds=(2, 3), tokenizer=tokenizer)
     results = generate_batch(target, draft, [[2, 3]] * 6, "sd", max_new_tokens=40, seed=0)
     for r in results:
         assert r.finish_reason in ("eos", "length")

@@ -7,11 +7,11 @@ import torch
 
 from draftverify.engine import DecodeConfig
 from draftverify.engine.generate import generate, generate_batch, stream
-from draftverify.models.toy import ToyModel
 from draftverify.testing import random_pair
+from tests.factories import toy_models
 
 PAIR = random_pair(vocab_size=5)
-TARGET, DRAFT = ToyModel(PAIR.target), ToyModel(PAIR.draft)
+TARGET, DRAFT = toy_models(PAIR)
 
 
 @pytest.mark.parametrize(

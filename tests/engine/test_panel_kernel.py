@@ -21,8 +21,8 @@ from draftverify.engine import generate, generate_batch
 from draftverify.models.hf import TransformersModel
 from draftverify.models.pair import load_pair
 from draftverify.models.panel_mm import PanelLinear, kernel
-from draftverify.models.toy import tiny_causal_lm
 from draftverify.testing import goodness_of_fit
+from tests.factories import tiny_lms
 
 VOCAB, NUM_TOKENS, SAMPLES, THRESHOLD = 4, 3, 2500, 1e-3
 
@@ -42,11 +42,10 @@ def sequence_law(model: TransformersModel, prompt: list[int]) -> np.ndarray:
 
 
 def test_sd_on_the_panel_kernel_keeps_the_law_of_the_target_it_runs():
-    raw = tiny_causal_lm(VOCAB, arch="llama", width=32, layers=2, seed=0, dtype=torch.float32)
+    raw, raw_draft = tiny_lms(VOCAB, arch="llama", dtype=torch.float32)
     with torch.no_grad():
         raw.lm_head.weight.mul_(8)  # a peaked target, far from the near-uniform draft
-    target = TransformersModel(raw)
-    draft = TransformersModel(tiny_causal_lm(VOCAB, arch="llama", width=16, layers=1, seed=1, dtype=torch.float32))
+    target, draft = TransformersModel(raw), TransformersModel(raw_draft)
     assert isinstance(target._lean.head, PanelLinear)
     prompt = [1, 2]
     results = generate_batch(target, draft, [prompt] * SAMPLES, "sd", draft_length=2, max_new_tokens=NUM_TOKENS, seed=0)

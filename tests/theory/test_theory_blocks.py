@@ -6,12 +6,13 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from _theory_models import markov_tables, order_one_tables, random_tables, simulate_token_sd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftverify import get_verifier, theory
 from draftverify.testing import exact_output_law, random_pair
+from tests.factories import markov_tables, order_one_tables, random_tables
+from tests.theory.simulations import simulate_token_sd
 
 
 def context_free(probs: np.ndarray, length: int) -> list[np.ndarray]:

@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 import torch
-from _theory_models import categorical, distribution_pairs, markov_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftverify import get_verifier, theory
 from draftverify.testing import exact_output_law, random_pair
+from tests.factories import distribution_pairs, markov_tables
+from tests.theory.simulations import categorical
 
 
 def test_maximal_acceptance_matches_simulated_sd_step():

@@ -5,11 +5,11 @@ import itertools
 
 import numpy as np
 import pytest
-from _theory_models import random_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftverify import ot, theory
+from tests.factories import random_tables
 
 
 def test_bounds_follow_lemma_6_6_arithmetic():

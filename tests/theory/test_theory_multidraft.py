@@ -6,12 +6,12 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from _theory_models import distribution_pairs, markov_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from draftverify import get_verifier, theory, verifiers
+from draftverify import theory
 from draftverify.testing import exact_output_law, random_pair
+from tests.factories import distribution_pairs, markov_tables, registered_verifier
 
 
 def brute_force_alpha_star(target: np.ndarray, draft: np.ndarray, k: int) -> float:
@@ -163,12 +163,6 @@ def test_spectr_gbv_as_written_is_not_exact_and_misses_its_claim():
     law_one, tau_one = spectr_gbv_one_token_law(target, draft, 1)
     np.testing.assert_allclose(law_one, target)
     assert tau_one == pytest.approx(theory.spectr_gbv_claimed_bound([target], [draft], 1).sum())
-
-
-def registered_verifier(name, **options):
-    """A registered verifier: one that disappeared from the registry fails here, it is not skipped."""
-    assert name in {info.name for info in verifiers()}, f"verifier {name!r} is not registered"
-    return get_verifier(name, **options)
 
 
 def exact_expected_tau(name, target_tables, draft_tables, k, **options):

@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-from _theory_models import markov_tables, random_tables, simulate_token_sd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftverify import theory
 from draftverify.testing import random_pair
+from tests.factories import markov_tables, random_tables
+from tests.theory.simulations import simulate_token_sd
 
 RNG = np.random.default_rng(0)
 

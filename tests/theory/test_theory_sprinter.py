@@ -4,11 +4,11 @@ simulation with a synthetic classifier of given true/false-positive rates."""
 
 import numpy as np
 import pytest
-from _theory_models import distribution_pairs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftverify import theory
+from tests.factories import distribution_pairs
 
 TARGET, DRAFT = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
 

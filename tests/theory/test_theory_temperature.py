@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-from _theory_models import categorical, markov_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftverify import theory
 from draftverify.testing import random_pair
+from tests.factories import markov_tables
+from tests.theory.simulations import categorical
 
 
 def test_tempered_matches_direct_power_and_keeps_zeros():

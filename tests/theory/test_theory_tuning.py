@@ -17,8 +17,7 @@ from draftverify.theory.tuning import (
     predicted_tokens_per_second,
     tokens_per_call,
 )
-from tests.factories import registered_verifier
-from tests.theory._theory_models import random_tables
+from tests.factories import random_tables, registered_verifier
 
 VOCAB, LENGTH = 3, 2
 

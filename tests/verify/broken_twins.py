@@ -71,3 +71,29 @@ class PeekingLength(Verifier):
         keep = draft_tokens.shape[1] - int(last != draft_probs[0, -1].argmax())
         return get_verifier(self.inner).verify_trusted(draft_tokens[:, :keep], draft_probs[:, :keep],
                                                        target_probs[:, : keep + 1], generator, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptAll(Verifier):
+    """Broken twin: keeps every draft token, then a bonus token (its output follows the draft)."""
+
+    name = "accept-all"
+    description = "broken on purpose"
+    exact = False
+
+    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state):
+        bonus = rng.categorical(target_probs[0, -1], generator)
+        return VerifyResult(draft_tokens[0].tolist() + [bonus], draft_tokens.shape[1], 0, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class StatelessGBV(Verifier):
+    """Broken twin: gbv whose state (the target modification) the decoding loop forgets."""
+
+    name = "gbv-stateless"
+    description = "broken on purpose"
+    exact = False
+
+    def _verify(self, draft_tokens, draft_probs, target_probs, generator, state):
+        result = block.GreedyBlockVerification().verify_trusted(draft_tokens, draft_probs, target_probs, generator)
+        return VerifyResult(result.tokens, result.num_accepted, result.draft_index, None)

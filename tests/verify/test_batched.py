@@ -15,6 +15,7 @@ from draftverify.testing import draw_drafts, enumerate_outcomes, exact_sequence_
 from draftverify.verify import batched, block
 from draftverify.verify.base import VerifyResult
 from draftverify.verify.batched import PAD_TOKEN_ID, draw_uniforms
+from tests.factories import one_hot
 
 STRICT = 1e-3  # as test_exactness: a correct kernel passes above this p-value (fixed seeds)
 BROKEN = 1e-6  # a broken twin must fall below this one
@@ -44,10 +45,6 @@ def per_row(name, options, rows, generator):
 
 
 # -- forced outcomes -------------------------------------------------------------------------
-
-
-def one_hot(index, vocab=3):
-    return torch.nn.functional.one_hot(torch.tensor(index), vocab).to(torch.float64)
 
 
 def test_all_accepted_gives_the_bonus_token_and_pads():

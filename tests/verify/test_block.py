@@ -10,22 +10,17 @@ import numpy as np
 import pytest
 
 from draftverify import get_verifier
-from draftverify.testing import KnownLawPair, MarkovModel, draw_drafts, enumerate_outcomes, random_pair
+from draftverify.bench.spectr_gbv import context_free_pair
+from draftverify.testing import draw_drafts, enumerate_outcomes, random_pair
 from draftverify.verify.block import GBVState
 
 from .test_token import expected_accepted, monte_carlo_accepted
 
 
-def context_free_pair(target_a: float, draft_a: float) -> KnownLawPair:
-    target = np.tile([target_a, 1 - target_a], (2, 1))
-    draft = np.tile([draft_a, 1 - draft_a], (2, 1))
-    return KnownLawPair(MarkovModel(target, 1), MarkovModel(draft, 1))
-
-
 @pytest.mark.parametrize("name,value", [("sd", Fraction(10, 9)), ("bv", Fraction(11, 9)), ("gbv", Fraction(12, 9))])
 def test_context_free_regression(name, value):
     # docs/corrections.md: T(a) = 1/3, D(a) = 2/3, L = 2
-    pair = context_free_pair(1 / 3, 2 / 3)
+    pair = context_free_pair([1 / 3, 2 / 3], [2 / 3, 1 / 3])
     assert expected_accepted(get_verifier(name), pair, [], 2) == pytest.approx(float(value), abs=1e-12)
 
 
@@ -74,7 +69,7 @@ def test_bv_beats_sd_and_gbv_beats_bv_per_call():
 
 
 def test_gbv_state_is_returned_and_validated():
-    pair = context_free_pair(1 / 3, 2 / 3)
+    pair = context_free_pair([1 / 3, 2 / 3], [2 / 3, 1 / 3])
     verifier = get_verifier("gbv")
 
     def first_state(source):

@@ -13,12 +13,6 @@ from draftverify import get_verifier
 from draftverify.testing import draw_drafts, enumerate_outcomes, exact_output_law, random_pair
 
 
-def one_hot(index, vocab=3, dtype=torch.float64):
-    row = torch.zeros(vocab, dtype=dtype)
-    row[index] = 1
-    return row
-
-
 def test_sd_accepts_everything_when_draft_equals_target():
     probs = torch.tensor([[[0.2, 0.3, 0.5], [0.6, 0.2, 0.2]]], dtype=torch.float64)
     target = torch.cat([probs, torch.tensor([[[0.0, 1.0, 0.0]]], dtype=torch.float64)], dim=1)
