@@ -218,29 +218,33 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
         report["goals"]["sd_batch_vs_single"] = sd_batch["batch_vs_single"]
     emit_json(report, args.json)
     print()
+    print(_tables(report, args.batch))
+    return 0
+
+
+def _tables(report: dict[str, Any], batch: int) -> str:
+    """The console tables of a report (methods, ms per step, batch rows) and the goals line."""
     columns = [("method", "method", "s"), ("tokens_per_second", "tokens/s", ".1f"), ("vs_ar", "vs ar", ".2f"),
                ("acceptance", "acceptance", ".2f"), ("tokens_per_target_call", "tokens/target call", ".2f"),
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
                ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
                ("tokens", "tokens", "d")]
-    print(table_of(report["methods"], columns, markdown=False))
-    print("\nmean ms per step")
-    print(table_of([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
-                       [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
-                                                                              "total")], markdown=False))
+    parts = [table_of(report["methods"], columns, markdown=False), "\nmean ms per step",
+             table_of([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
+                      [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
+                                                                             "total")], markdown=False)]
     if report.get("batch"):
-        print()
-        print(table_of(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
-                                             ("batch_tokens_per_second", "batch tokens/s", ".1f"),
-                                             ("single_tokens_per_second", "single tokens/s", ".1f"),
-                                             ("batch_vs_single", "batch vs single", ".2f")], markdown=False))
+        parts += ["", table_of(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
+                                                 ("batch_tokens_per_second", "batch tokens/s", ".1f"),
+                                                 ("single_tokens_per_second", "single tokens/s", ".1f"),
+                                                 ("batch_vs_single", "batch vs single", ".2f")], markdown=False)]
     goals = report["goals"]
-    print(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0), "
-          f"engine efficiency {goals['engine_efficiency']:.3f} (goal 0.95); sd {goals['sd_vs_assisted']:.2f}x "
-          f"transformers assisted generation (goal 1.5); ar {goals['ar_vs_generate']:.2f}x transformers "
-          f"generate (goal 1.5)" + (f"; sd batch of {args.batch} {goals['sd_batch_vs_single']:.2f}x single "
-                                    "calls (goal 4.0)" if "sd_batch_vs_single" in goals else ""))
-    return 0
+    parts.append(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0), "
+                 f"engine efficiency {goals['engine_efficiency']:.3f} (goal 0.95); sd {goals['sd_vs_assisted']:.2f}x "
+                 f"transformers assisted generation (goal 1.5); ar {goals['ar_vs_generate']:.2f}x transformers "
+                 f"generate (goal 1.5)" + (f"; sd batch of {batch} {goals['sd_batch_vs_single']:.2f}x single "
+                                           "calls (goal 4.0)" if "sd_batch_vs_single" in goals else ""))
+    return "\n".join(parts)
 
 
 def _add(totals: dict, name: str, **values: float) -> None:
