@@ -44,7 +44,7 @@ def _brute_force_alpha(target, draft, n) -> float:
     return -result.fun
 
 
-def _enumerated(plan, target, draft, n):
+def enumerated(plan, target, draft, n):
     """(acceptance, implied target marginal) of a plan, by enumerating every drafted tuple."""
     support = np.flatnonzero(draft > 0)
     law = np.zeros(target.size)
@@ -76,7 +76,7 @@ def test_every_method_reaches_the_brute_force_optimum(seed, vocab, top, target_z
     assert ot.optimal_acceptance(target, draft, n) == pytest.approx(best, abs=1e-9)
     for method in ot.METHODS:
         plan = ot.solve(target, draft, n, method=method, tol=TOL)
-        acceptance, law = _enumerated(plan, target, draft, n)
+        acceptance, law = enumerated(plan, target, draft, n)
         error = np.abs(law - target).sum()
         assert plan.acceptance == pytest.approx(acceptance, abs=1e-9)
         assert plan.target_error == pytest.approx(error, abs=1e-9)
@@ -114,7 +114,7 @@ def test_outer_blocks_are_exercised_and_exact(target, draft, n):
     sizes = np.diff(np.append(instance.outer_blocks(), instance.outer_tokens.size))
     assert sizes.max() >= 2
     plan = ot.solve(target, draft, n, method="gr", tol=1e-6)
-    acceptance, law = _enumerated(plan, target, draft, n)
+    acceptance, law = enumerated(plan, target, draft, n)
     assert acceptance == pytest.approx(_brute_force_alpha(target, draft, n), abs=2e-6)
     assert np.abs(law - target).sum() <= 3e-6
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from draftverify import ot
 
-from .test_ot import _enumerated
+from .test_ot import enumerated
 
 TOL = 1e-4
 
@@ -33,7 +33,7 @@ def test_plans_are_couplings_with_optimal_acceptance(instance):
     assert alpha >= np.minimum(target, draft).sum() - 1e-12  # n drafts never do worse than one
     for method in ("maxflow-cs", "gr"):
         plan = ot.solve(target, draft, n, method=method, tol=TOL)
-        acceptance, law = _enumerated(plan, target, draft, n)  # asserts every conditional is a distribution
+        acceptance, law = enumerated(plan, target, draft, n)  # asserts every conditional is a distribution
         error = np.abs(law - target).sum()
         assert error <= plan.error_bound + 1e-9 and plan.error_bound <= 3 * TOL + 1e-6
         assert abs(acceptance - alpha) <= (2 * TOL + 1e-6 if method == "gr" else 1e-9)
@@ -71,8 +71,8 @@ def test_gr_error_against_an_exact_solver_is_within_its_bound(instance, tol):
     target, draft, n = instance
     with np.errstate(all="raise", under="ignore"):  # hypothesis draws masses down to 1e-308
         plan = ot.solve(target, draft, n, method="gr", tol=tol)
-        acceptance, law = _enumerated(plan, target, draft, n)
-        exact_acceptance, exact_law = _enumerated(ot.solve(target, draft, n, method="maxflow-cs"), target, draft, n)
+        acceptance, law = enumerated(plan, target, draft, n)
+        exact_acceptance, exact_law = enumerated(ot.solve(target, draft, n, method="maxflow-cs"), target, draft, n)
     bound = plan.error_bound
     assert np.isfinite(bound) and bound <= 3 * tol + 1e-6
     assert np.abs(law - exact_law).sum() <= bound + 1e-9
