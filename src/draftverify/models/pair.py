@@ -21,7 +21,7 @@ import torch
 from .base import HistoryModel, LanguageModel
 from .hf import TransformersModel
 
-__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "ModelPair", "NGramModel", "load_ngram_draft", "load_pair"]
+__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "ModelPair", "NGramModel", "load_draft", "load_ngram_draft", "load_pair"]
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"  # the tiny pair
 SMOLLM2_DRAFT = Path(__file__).resolve().parent.parent / "assets" / "smollm2" / "draft"
@@ -91,13 +91,23 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
             raise ValueError(f"target {name!r} has no draft of its own: name one with draft=...")
         if not own_draft.exists():
             raise FileNotFoundError(f"the {name!r} pair has no draft at {own_draft}")
-        draft_model, draft_name = TransformersModel.from_pretrained(own_draft), "draft"
+        draft_model, draft_name = load_draft(own_draft, target_model), "draft"
     elif str(draft) == "ngram":
         draft_model, draft_name = load_ngram_draft(target_model), "ngram"
     else:
-        draft_model, draft_name = TransformersModel.from_pretrained(draft), str(draft)
+        draft_model, draft_name = load_draft(draft, target_model), str(draft)
     _check_same_vocabulary(target_model, draft_model, draft_name)
     return ModelPair(target_model, draft_model, target_model.tokenizer, draft_name)
+
+
+def load_draft(folder: str | Path, target: TransformersModel) -> LanguageModel:
+    """The draft in ``folder`` for ``target``: a feature draft (:mod:`.feature_draft`) or a
+    ``transformers`` model."""
+    from .feature_draft import FeatureDraft, is_feature_draft
+
+    if is_feature_draft(folder):
+        return FeatureDraft.from_folder(folder, target)
+    return TransformersModel.from_pretrained(folder)
 
 
 def load_ngram_draft(target: TransformersModel, path: str | Path | None = None) -> NGramModel:
