@@ -173,8 +173,8 @@ class TransformersModel(LanguageModel):
             if self._static:
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
-                keep = kv.write_features if self.feature_size else None
-                logits = self._lean(kv.write, tokens, positions, mask, num_logits, keep)
+                keep = (kv.write_features,) if self.feature_size else ()  # hidden states for a feature draft
+                logits = self._lean(kv.write, tokens, positions, mask, num_logits, *keep)
                 kv.advance(tokens.shape[1])
             elif self._lean is not None:
                 layers = cache.backend.layers
