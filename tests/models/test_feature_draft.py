@@ -52,7 +52,7 @@ def test_the_draft_reads_the_targets_features_of_the_previous_position():
     logits = draft.forward(draft.new_cache(1, target_cache), tokens, None, tokens.shape[1])[0][:, SUBSET]  # [S, N]
     with torch.no_grad():
         features = target.model.model(input_ids=tokens).last_hidden_state  # [1, S, E]
-        assert torch.allclose(target.features(target_cache), features[:, :-1], atol=1e-5)
+        assert torch.allclose(target_cache.backend.features, features[:, :-1], atol=1e-5)
         previous = torch.nn.functional.pad(features[:, :-1], (0, 0, 1, 0))
         expected = draft.head_module.head(draft.head_module(target.model.get_input_embeddings()(tokens), previous))[0]
     assert torch.allclose(logits, expected, atol=1e-4)

@@ -165,7 +165,7 @@ class FeatureDraft(LanguageModel):
         the target (or is position 0) [B, S] (module doc)."""
         backend, source = cache.backend, cache.backend.source
         rows, size = positions.shape
-        slots = self.target.features(source)  # [B_t, W, E], slot order
+        slots = source.backend.features  # [B_t, W, E], slot order (the target keeps them: keep_features)
         if source.holes:  # position order: each row's valid slots first
             width = slots.shape[1]
             key = torch.where(source.valid, torch.arange(width), width + torch.arange(width))  # [B_t, W]

@@ -133,16 +133,13 @@ class TransformersModel(LanguageModel):
 
     def keep_features(self) -> None:
         """From now on every new cache keeps, at each slot, the final hidden state (after the final
-        norm) the forward computed there: what a feature draft (:mod:`.feature_draft`) reads. Lean
+        norm) the forward computed there, ``cache.backend.features`` [B, T, E]: what a feature draft
+        (:mod:`.feature_draft`) reads. Lean
         Llama forwards with the static cache only."""
         if not (self._static and isinstance(self._lean, LlamaWeights)):
             raise ValueError(f"{type(self.model).__name__}: only a Llama model on the static KV cache can keep its "
                              "hidden states for a feature draft")
         self.feature_size = int(self.config.hidden_size)
-
-    def features(self, cache: Cache) -> torch.Tensor:
-        """[B, T, E]: the final hidden state at every slot of ``cache`` (see :meth:`keep_features`)."""
-        return cache.backend.features
 
     @property
     def product_bytes(self) -> int | None:
