@@ -51,6 +51,7 @@ _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", 
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
 BATCH_SPECS = (AR, "sd")
+SAME_PAIR = "assistant"  # our methods with the draft of transformers' assisted generation (when it is not the pair's)
 
 
 @contextmanager
@@ -148,12 +149,15 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     hf_logging.disable_progress_bar()
     if args.threads:
         torch.set_num_threads(args.threads)
-    target, drafts, tokenizer = load_models(ModelSettings(
-        target=args.target, draft=args.draft, ngram=args.ngram, tiny=args.tiny,
-        # the shipped n-gram drafter is the tiny pair's: loaded with --target tiny or a named --ngram
-        drafts=("draft", "ngram") if not (args.no_ngram or args.tiny) and (args.ngram or args.target == "tiny") else ("draft",),
-    ))
-    specs = list(SPECS)
+    kinds = ("draft",) if args.tiny else ("draft", "assistant")
+    if not (args.no_ngram or args.tiny) and (args.ngram or args.target == "tiny"):  # the shipped n-gram drafter is the tiny pair's
+        kinds += ("ngram",)
+    target, drafts, tokenizer = load_models(ModelSettings(target=args.target, draft=args.draft, ngram=args.ngram,
+                                                          tiny=args.tiny, drafts=kinds))
+    assistant = drafts.pop("assistant", drafts["draft"])  # the draft transformers' assisted generation runs
+    if assistant is not drafts["draft"]:  # our sd on the pair transformers runs, for the same-pair comparison
+        drafts[SAME_PAIR] = assistant
+    specs = list(SPECS) + ([f"sd@{SAME_PAIR}"] if SAME_PAIR in drafts else [])
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
     specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
@@ -163,7 +167,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
     # warm-up, not timed
     for spec in specs:
         run_spec(spec, target, drafts, prompts[0], **{**ours, "max_new_tokens": 4, "seed": 0})
-    assisted(target, drafts["draft"], prompts[0], **{**settings, "max_new_tokens": 4, "seed": 0})
+    assisted(target, assistant, prompts[0], **{**settings, "max_new_tokens": 4, "seed": 0})
     plain = {k: settings[k] for k in ("max_new_tokens", "temperature")}
     hf_generate(target, prompts[0], **{**plain, "max_new_tokens": 4, "seed": 0})
 
@@ -176,7 +180,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
                  accepted=r.accepted, steps=len(r.steps),
                  rejections=rejected_tests((s.accepted for s in r.steps), args.draft_length),
                  verify_seconds=r.verify_seconds)
-        _add(totals, ASSISTED, **assisted(target, drafts["draft"], prompt_ids, seed=args.seed + i, **settings))
+        _add(totals, ASSISTED, **assisted(target, assistant, prompt_ids, seed=args.seed + i, **settings))
         _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
     report = _report(totals, args, target)
     if args.batch:
@@ -260,7 +264,7 @@ def _report(totals: dict, args, target) -> dict[str, Any]:
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
-                   engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed["sd"] / speed[ASSISTED],
+                   engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed.get(f"sd@{SAME_PAIR}", speed["sd"]) / speed[ASSISTED],
                    ar_vs_generate=speed[AR] / speed[GENERATE]),
     )
 

@@ -21,10 +21,11 @@ import torch
 from .base import HistoryModel, LanguageModel
 from .hf import TransformersModel
 
-__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "ModelPair", "NGramModel", "load_draft", "load_ngram_draft", "load_pair"]
+__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "SMOLLM2_LLAMA_DRAFT", "ModelPair", "NGramModel", "load_assistant", "load_draft", "load_ngram_draft", "load_pair"]
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"  # the tiny pair
 SMOLLM2_DRAFT = Path(__file__).resolve().parent.parent / "assets" / "smollm2" / "draft"
+SMOLLM2_LLAMA_DRAFT = SMOLLM2_DRAFT.parent / "llama-draft"  # a transformers draft, for transformers' assisted generation
 PAIRS = ("smollm2", "tiny")
 
 
@@ -108,6 +109,18 @@ def load_draft(folder: str | Path, target: TransformersModel) -> LanguageModel:
     if is_feature_draft(folder):
         return FeatureDraft.from_folder(folder, target)
     return TransformersModel.from_pretrained(folder)
+
+
+def load_assistant(pair: ModelPair, target: str | Path | None = None) -> TransformersModel:
+    """A ``transformers`` draft for ``pair`` that transformers' own assisted generation can run: the
+    pair's draft when it is one, else (the default pair's feature draft) the default pair's small
+    Llama draft in ``assets/smollm2/llama-draft``."""
+    if isinstance(pair.draft, TransformersModel):
+        return pair.draft
+    if target not in (None, "smollm2"):
+        raise ValueError(f"draft {pair.draft_name!r} is no transformers model: transformers' assisted generation "
+                         "cannot run it, and this target has no transformers draft of its own")
+    return TransformersModel.from_pretrained(SMOLLM2_LLAMA_DRAFT)
 
 
 def load_ngram_draft(target: TransformersModel, path: str | Path | None = None) -> NGramModel:
