@@ -111,11 +111,18 @@ class PathRecord:
     acceptance: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _warped(model: LanguageModel, sequence: list[int], count: int, settings: TuneSettings) -> torch.Tensor:
-    """The warped conditionals [count, V] of the last ``count`` tokens of ``sequence``."""
-    cache = model.new_cache(1)
-    logits = model.forward(cache, torch.tensor([sequence[:-1]]), None, count)[0]  # [count, V]
-    return warp(logits.double(), settings.temperature, settings.top_k, settings.top_p)
+def _warped(target: LanguageModel, draft: LanguageModel, sequence: list[int], count: int,
+            settings: TuneSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's and the draft's warped conditionals [count, V] of the last ``count`` tokens of
+    ``sequence``, teacher-forced. A feature draft reads the target's hidden states along the
+    sequence, so its rows are its law at a step's first drafted position: later positions, which
+    read its own, accept less (the prediction is then optimistic there)."""
+    tokens = torch.tensor([sequence[:-1]])
+    target_cache = target.new_cache(1)
+    target_logits = target.forward(target_cache, tokens, None, count)[0]  # [count, V]
+    draft_logits = draft.forward(draft.new_cache(1, target_cache), tokens, None, count)[0]
+    return tuple(warp(logits.double(), settings.temperature, settings.top_k, settings.top_p)
+                 for logits in (target_logits, draft_logits))
 
 
 def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]],
@@ -128,8 +135,7 @@ def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list
     records = []
     for prompt, run in zip(prompts, runs):
         sequence, n = prompt + run.tokens, len(run.tokens)
-        target_probs = _warped(target, sequence, n, settings).numpy()  # [N, V]
-        draft_probs = _warped(draft, sequence, n, settings).numpy()
+        target_probs, draft_probs = (rows.numpy() for rows in _warped(target, draft, sequence, n, settings))  # [N, V]
         at = (np.arange(n), np.array(run.tokens))
         names = {parse_method(m).name for m in settings.methods}
         acceptance = {"sd": maximal_acceptance(target_probs, draft_probs)[:, None]}
@@ -342,8 +348,8 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
     sequence = prompts[0] + generate(target, None, prompts[0], "ar", max_new_tokens=settings.max_draft_length + 1,
                                      ignore_eos=True, seed=settings.seed).tokens
     count = settings.max_draft_length + 1
-    target_rows = _warped(target, sequence, count, settings).float()
-    draft_rows = _warped(draft, sequence, count, settings).float()[:-1]
+    target_rows, draft_rows = (rows.float() for rows in _warped(target, draft, sequence, count, settings))
+    draft_rows = draft_rows[:-1]
     costs = measure_costs(target, draft, prompts, settings, target_rows, draft_rows)
     rows = predict(paths, costs, settings)
     # recommended: the best by an unbiased estimate; one of the approximations may predict more
