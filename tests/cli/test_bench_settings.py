@@ -60,6 +60,6 @@ def test_bad_draft_kinds_fail_when_the_settings_are_built():
         decode.DecodeSettings(drafts=("lstm",))
     with pytest.raises(ValueError, match="no n-gram drafter"):
         decode.DecodeSettings(drafts=("draft", "ngram"), tiny=True)
-    assert speed.SpeedSettings(target="tiny").models.drafts == ("draft", "ngram")
-    assert speed.SpeedSettings(target="tiny", no_ngram=True).models.drafts == ("draft",)
+    assert speed.SpeedSettings(target="tiny").models.drafts == ("draft", "assistant", "ngram")
+    assert speed.SpeedSettings(target="tiny", no_ngram=True).models.drafts == ("draft", "assistant")
     assert speed.SpeedSettings(tiny=True, ngram="folder").models.drafts == ("draft",)

@@ -102,8 +102,9 @@ SLOW = [
       "--json", "{tmp}/model-cost.json"], 0),
     (["bench", "panel-mm", "--shape", "64x48", "--rows", "1", "2", "--megabytes", "1", "--repeats", "1",
       "--threads", "1", "--json", "{tmp}/panel.json"], 0),
-    (["train-draft", "--label-minutes", "0", "--train-minutes", "0", "--steps", "1", "--target", "smollm2",
+    (["train-draft", "--label-minutes", "0", "--train-minutes", "0", "--steps", "1", "--target", "smollm2", "--kind", "llama",
       "--output", "{tmp}/draft", "--workdir", "{tmp}/draft-work"], 2),  # no teacher shards yet: a clear error
+    (["train-draft", "--kind", "eagle", "--label-minutes", "0"], 2),  # an unknown kind: a clear error
     (["train-pair", "--quick", "--workdir", "{tmp}/train", "--output", "{tmp}/pair", "--seed", "0", "--steps", "2",
       "--distill-steps", "1"], 0),
     (["train-pair", "--quick", "--workdir", "{tmp}/train-minutes", "--minutes", "0.01"], 0),

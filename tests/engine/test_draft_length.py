@@ -44,17 +44,22 @@ def test_auto_maximises_predicted_tokens_per_second():
     assert bounded.choose(bounded.update(bounded.initial(), 3, 0, None)) == 2
 
 
-def test_auto_measures_its_costs_when_not_given():
-    policy = AutoDraftLength(1, 8)
+def test_auto_measures_whole_steps_when_costs_are_not_given():
+    """The wall time from one update to the next (a fake clock here) is the whole step, commit
+    included: its draft phase as a line through 0 while one L was seen, the rest flat; two L give
+    two least-squares lines."""
+    times = iter([10.0, 12.0, 13.4, 14.6])
+    policy = AutoDraftLength(1, 8, clock=lambda: next(times))
     state = policy.initial()
-    assert policy.costs(state) is None and policy.choose(state) == 4
-    state = policy.update(state, 4, 4, StepSeconds(9.0, 4, 9.0))  # the first step: prefill, not counted
-    assert policy.costs(state) is None
-    state = policy.update(state, 4, 4, StepSeconds(0.4, 4, 1.0))
-    assert policy.costs(state) == (0.1, [1.0] * 8)  # one L seen: flat target cost
-    state = policy.update(state, 2, 2, StepSeconds(0.2, 2, 0.8))
-    draft, target = policy.costs(state)
-    assert target[1] == pytest.approx(0.8) and target[3] == pytest.approx(1.0) and target[7] == pytest.approx(1.4)
+    assert policy.step_seconds(state) is None and policy.choose(state) == 4
+    state = policy.update(state, 4, 4, StepSeconds(9.0, 4, 9.0))  # the first step: prefill, starts the clock
+    assert policy.step_seconds(state) is None
+    state = policy.update(state, 4, 4, StepSeconds(0.4, 4, 1.0))  # 2.0 s in all: 0.4 drafting, 1.6 the rest
+    assert policy.step_seconds(state) == pytest.approx([1.6 + 0.1 * length for length in range(1, 9)])
+    state = policy.update(state, 2, 2, StepSeconds(0.2, 2, 0.8))  # 1.4 s: 0.2 drafting, 1.2 the rest
+    assert policy.step_seconds(state) == pytest.approx([0.8 + 0.3 * length for length in range(1, 9)])
+    state = policy.update(state, 2, 0, StepSeconds(0.2, 2, 0.8))  # 1.2 s: the rest 1.0
+    assert policy.step_seconds(state)[1] == pytest.approx(0.2 + 1.1)  # means at L = 2 over two steps
 
 
 @pytest.mark.parametrize("make", [

@@ -10,8 +10,11 @@ import torch
 from draftverify.testing import enumerate_outcomes
 from draftverify.theory import longest_prefix_claim
 from draftverify.theory.tuning import (
+    StepCosts,
     expected_calls,
+    fit_overhead,
     gbv_expected_accepted,
+    least_squares_line,
     path_survival,
     plug_in_survival,
     predicted_tokens_per_second,
@@ -110,7 +113,46 @@ def test_tokens_per_call_ratio_and_error():
     assert (one.mean, one.standard_error, one.paths) == (2.5, 0.0, 1)
     several = tokens_per_call([100, 100, 100], [40, 50, 45])
     assert several.mean == pytest.approx(300 / 135) and several.standard_error > 0
-    assert predicted_tokens_per_second(3.0, 0.1, 1.0, 4) == pytest.approx(3 / 1.4)
+
+
+def _synthetic_costs(max_length: int = 8) -> StepCosts:
+    """Model calls c = 0.1, r(L + 1) = 1 + 0.05 L (t_T = 1), a verifier growing with L, no overhead."""
+    lengths = np.arange(max_length + 1)
+    return StepCosts(tuple(0.1 * lengths), tuple(1 + 0.05 * lengths), tuple(0.02 + 0.01 * lengths),
+                     (0.0,) * (max_length + 1), prefill=0.0)
+
+
+def test_overhead_fit_recovers_what_the_model_calls_leave_out():
+    """A synthetic engine: each step costs the modelled calls plus a fixed 0.3 (first call, commit)
+    and 0.04 per drafted token (sampling), the decoding a prefill of 5; the fitted line gives the
+    overhead back, and tokens/s of a decoding with k tokens per step is predicted exactly."""
+    model = _synthetic_costs()
+    lengths = np.array([1, 2, 3, 4, 5, 6, 7, 8, 3, 5])
+    model_seconds = np.array([model.step(length) for length in lengths])
+    engine_seconds = model_seconds + 0.3 + 0.04 * lengths
+    overhead = fit_overhead(lengths, engine_seconds, model_seconds, 8)
+    assert overhead == pytest.approx(tuple(0.3 + 0.04 * np.arange(9)))
+    costs = StepCosts(model.draft, model.target, model.verify, overhead, prefill=5.0)
+    steps, k = 40, 3.0  # a decoding of 40 steps of 3 tokens with L = 4
+    seconds = 5.0 + steps * (model.step(4) + 0.3 + 0.04 * 4)
+    assert predicted_tokens_per_second(k, costs, 4, int(steps * k)) == pytest.approx(steps * k / seconds)
+    # without the overhead, the prediction is too high, more so at long L where sampling adds up
+    assert predicted_tokens_per_second(k, model, 4, 120) > steps * k / (seconds - 5.0)
+    assert least_squares_line([2, 2, 2], [1.0, 2.0, 3.0]) == (2.0, 0.0)  # one length: flat
+    assert least_squares_line([1, 3], [1.0, 5.0], [1.0, 3.0]) == pytest.approx((-1.0, 2.0))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: StepCosts((0.0, 0.1), (1.0, 1.0), (0.0,), (0.0, 0.0)),
+    lambda: StepCosts((0.0,), (1.0,), (0.0,), (0.0,)),
+    lambda: StepCosts((0.0, 0.1), (1.0, 1.0), (0.0, 0.0), (0.0, 0.0), prefill=-1.0),
+    lambda: _synthetic_costs(2).step(3),
+    lambda: fit_overhead([1, 2], [1.0, 2.0], [1.0], 4),
+    lambda: least_squares_line([1, 2], [1.0, 2.0], [0.0, 0.0]),
+])
+def test_bad_costs(make):
+    with pytest.raises(ValueError):
+        make()
 
 
 @pytest.mark.parametrize("call", [
@@ -122,7 +164,8 @@ def test_tokens_per_call_ratio_and_error():
     lambda: gbv_expected_accepted([0.5], 2),
     lambda: expected_calls([[1.0, 0.5, 0.7]]),
     lambda: tokens_per_call([1, 2], [1]),
-    lambda: predicted_tokens_per_second(2.0, 0.0, 0.0, 1),
+    lambda: predicted_tokens_per_second(2.0, StepCosts((0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)), 1, 10),
+    lambda: predicted_tokens_per_second(0.5, _synthetic_costs(), 1, 10),
 ])
 def test_bad_input(call):
     with pytest.raises(ValueError):

@@ -10,6 +10,7 @@ from draftverify.models import TransformersModel
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 from draftverify.train.draft import DraftConfig, bucket_losses, distill_draft, draft_model, load_shards
 from draftverify.train.draft_pipeline import train_draft
+from draftverify.train.feature_draft import FeatureDraftConfig, frequent_tokens
 from draftverify.train.teacher import TeacherConfig, answer_batch, chat_prompts
 
 
@@ -66,6 +67,32 @@ def test_a_run_resumes_and_writes_a_loadable_draft(target_folder, tmp_path, monk
     assert resumed == {}  # the checkpoint is at the last step: nothing left to do
     drafted = TransformersModel.from_pretrained(tmp_path / "out")
     assert drafted.vocab_size == len(char_tokenizer())
+
+
+def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, tmp_path, monkeypatch):
+    from draftverify.models.feature_draft import FeatureDraft
+    from draftverify.models.pair import load_draft
+    from draftverify.train import draft_pipeline
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1)
+    record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
+                         teacher=teacher, draft=config, log=lambda _: None)
+    assert record["last_step"]["step"] == 2
+    features = np.load(tmp_path / "work" / "teacher" / "features-00000.npy")
+    tokens = np.load(tmp_path / "work" / "teacher" / "shard-00000.npz")["tokens"]
+    assert features.shape[:2] == tokens.shape
+    target = TransformersModel.from_pretrained(target_folder)
+    draft = load_draft(tmp_path / "out", target)
+    assert isinstance(draft, FeatureDraft) and len(draft.vocab) == 12
+
+
+def test_the_subset_is_the_most_frequent_answer_tokens():
+    rows = [(np.array([9, 9, 1, 1, 1, 4, 2]), 2, None, None), (np.array([5, 4, 4, 3]), 1, None, None)]
+    assert frequent_tokens(rows, 2, 10).tolist() == [1, 4]  # 1: three times, 4: three times, 2 3: once
+    with pytest.raises(ValueError, match="vocab"):
+        frequent_tokens(rows, 11, 10)
 
 
 def test_the_draft_starts_from_the_target_embedding():

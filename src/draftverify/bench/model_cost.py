@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ..models.base import LanguageModel
+from ..models.feature_draft import FeatureDraft
 from ..models.hf import TransformersModel
 from ..models.panel_mm import kernel
 from ..tables import table_of
@@ -101,7 +102,7 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], 
         caches = {}
         for role, model in (("target", target), ("draft", draft)):
             if model is not None:
-                caches[role] = model.new_cache(1)
+                caches[role] = model.new_cache(1, caches.get("target"))  # a feature draft reads the target's
                 model.forward(caches[role], torch.tensor([prompt]), None, 1)
         calls[name, "target_1"] = _one_token(target, caches["target"], generator)
         for length in draft_lengths:
@@ -143,14 +144,18 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
     kinds = {"eager": dict(kernel="eager")}
     if kernel().compiled:
         kinds |= {"panel": dict(kernel="panel"), "panel_int8": dict(kernel="panel", quantize="int8")}
-    return {name: (TransformersModel(model, tokenizer, kv_cache=kv_cache, **options), draft)
-            for name, options in kinds.items()}
+    variants = {name: (TransformersModel(model, tokenizer, kv_cache=kv_cache, **options), draft)
+                for name, options in kinds.items()}
+    if isinstance(draft, FeatureDraft):  # every target variant keeps the hidden states the draft reads
+        for target, _ in variants.values():
+            target.keep_features()
+    return variants
 
 
 def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..models.pair import load_pair
+    from ..models.pair import load_draft, load_pair
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -161,7 +166,7 @@ def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
         target, draft = pair.target, pair.draft
     else:  # another target: a draft only when one is named
         target = TransformersModel.from_pretrained(args.target, kv_cache="dynamic", kernel="eager")
-        draft = None if args.draft is None else TransformersModel.from_pretrained(args.draft)
+        draft = None if args.draft is None else load_draft(args.draft, target)
     variants = _variants(target.model, target.tokenizer, draft, args.kv_cache)
     prompt = torch.randint(0, target.vocab_size, (args.prompt_length,),
                            generator=torch.Generator().manual_seed(1)).tolist()

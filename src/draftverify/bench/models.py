@@ -9,7 +9,8 @@ import torch
 
 __all__ = ["DRAFT_KINDS", "ModelSettings", "load_models"]
 
-DRAFT_KINDS = ("draft", "ngram")  # the transformer draft of the pair, the n-gram drafter
+# the pair's draft, the n-gram drafter, a transformers draft that transformers' assisted generation runs
+DRAFT_KINDS = ("draft", "ngram", "assistant")
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,14 @@ def load_models(settings: ModelSettings) -> tuple[Any, dict[str, Any], Any]:
         target = TransformersModel(tiny_causal_lm(size, width=64, layers=2, dtype=torch.float32, max_positions=4096), tokenizer)
         draft = TransformersModel(tiny_causal_lm(size, width=16, layers=1, seed=1, dtype=torch.float32, max_positions=4096))
         return target, {"draft": draft}, tokenizer
-    from ..models.pair import load_ngram_draft, load_pair
+    from ..models.pair import load_assistant, load_ngram_draft, load_pair
 
     pair = load_pair(settings.target, settings.draft)
     drafts = {}
     if "draft" in settings.drafts:
         drafts["draft"] = pair.draft
+    if "assistant" in settings.drafts:
+        drafts["assistant"] = load_assistant(pair, settings.target)
     if "ngram" in settings.drafts:
         drafts["ngram"] = load_ngram_draft(pair.target, settings.ngram)
     return pair.target, drafts, pair.tokenizer

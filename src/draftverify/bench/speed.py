@@ -51,6 +51,7 @@ _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", 
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
 BATCH_SPECS = (AR, "sd")
+SAME_PAIR = "assistant"  # our methods with the draft of transformers' assisted generation (when it is not the pair's)
 
 __all__ = ["SpeedSettings", "assisted", "batch_speed", "hf_generate", "run"]
 
@@ -82,11 +83,13 @@ class SpeedSettings:
 
     @property
     def models(self) -> ModelSettings:
-        """The target, its transformer draft, and the n-gram drafter unless ``no_ngram`` or ``tiny``
-        drop it: the shipped one is the tiny pair's, loaded with ``target="tiny"`` or a named ``ngram``."""
-        ngram = not (self.no_ngram or self.tiny) and (self.ngram is not None or self.target == "tiny")
-        return ModelSettings(target=self.target, draft=self.draft, ngram=self.ngram, tiny=self.tiny,
-                             drafts=("draft", "ngram") if ngram else ("draft",))
+        """The target, its draft, the transformers draft of assisted generation (not with ``tiny``),
+        and the n-gram drafter unless ``no_ngram`` or ``tiny`` drop it: the shipped one is the tiny
+        pair's, loaded with ``target="tiny"`` or a named ``ngram``."""
+        kinds = ("draft",) if self.tiny else ("draft", "assistant")
+        if not (self.no_ngram or self.tiny) and (self.ngram is not None or self.target == "tiny"):
+            kinds += ("ngram",)
+        return ModelSettings(target=self.target, draft=self.draft, ngram=self.ngram, tiny=self.tiny, drafts=kinds)
 
 
 @contextmanager
@@ -185,7 +188,10 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     target, drafts, tokenizer = load_models(args.models)
-    specs = list(SPECS)
+    assistant = drafts.pop("assistant", drafts["draft"])  # the draft transformers' assisted generation runs
+    if assistant is not drafts["draft"]:  # our sd on the pair transformers runs, for the same-pair comparison
+        drafts[SAME_PAIR] = assistant
+    specs = list(SPECS) + ([f"sd@{SAME_PAIR}"] if SAME_PAIR in drafts else [])
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
     specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
@@ -195,7 +201,7 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     # warm-up, not timed
     for spec in specs:
         run_spec(spec, target, drafts, prompts[0], **{**ours, "max_new_tokens": 4, "seed": 0})
-    assisted(target, drafts["draft"], prompts[0], **{**settings, "max_new_tokens": 4, "seed": 0})
+    assisted(target, assistant, prompts[0], **{**settings, "max_new_tokens": 4, "seed": 0})
     plain = {k: settings[k] for k in ("max_new_tokens", "temperature")}
     hf_generate(target, prompts[0], **{**plain, "max_new_tokens": 4, "seed": 0})
 
@@ -208,7 +214,7 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
                  accepted=r.accepted, steps=len(r.steps),
                  rejections=rejected_tests((s.accepted for s in r.steps), args.draft_length),
                  verify_seconds=r.verify_seconds)
-        _add(totals, ASSISTED, **assisted(target, drafts["draft"], prompt_ids, seed=args.seed + i, **settings))
+        _add(totals, ASSISTED, **assisted(target, assistant, prompt_ids, seed=args.seed + i, **settings))
         _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
     report = _report(totals, args, target)
     if args.batch:
@@ -296,7 +302,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
-                   engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed["sd"] / speed[ASSISTED],
+                   engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed.get(f"sd@{SAME_PAIR}", speed["sd"]) / speed[ASSISTED],
                    ar_vs_generate=speed[AR] / speed[GENERATE]),
     )
 

@@ -10,11 +10,13 @@ recommend one, and (``verify``) measure the best few beside the prediction.
    of its per-call E[tau]; ``kseq``, ``ot``, ``multidraft-bv`` by the plug-in product of one-position
    acceptance along target prefixes (biased: an accepted draft prefix does not follow the target; for
    ``sd`` both are printed, the gap is that bias). Standard errors are over prompts.
-3. Costs as ``bench model-cost`` measures them (:func:`.model_cost.call_costs`: a step's L draft
-   forwards on K rows with one crop after them, a target call scoring K drafts of L tokens, cache
-   upkeep included), the verifier's own time
-   on the pass's distributions, the engine's time per step outside the calls and the prefill (both from
-   a short ``ar`` decoding); predicted tokens/s = k / (L t_d + t_T(L) + t_v + t_o + k t_prefill / N).
+3. Costs (:class:`draftverify.theory.tuning.StepCosts`): the model calls as ``bench model-cost``
+   measures them (:func:`.model_cost.call_costs`: a step's L draft forwards on K rows with one crop
+   after them, a target call scoring K drafts of L tokens, cache upkeep included), the verifier's own
+   time on the pass's distributions, and what the engine spends beside them, from a short decoding
+   at each L (the first method of each K): the rest of a step as a line a + b L (first call on the
+   pending tokens, warping and sampling, the verifier's bookkeeping, the commit) and the prefill;
+   predicted tokens/s = k / (L t_d + t_T(L) + t_v(L) + a + b L + k t_prefill / N).
 The recommendation is the best setting by an unbiased estimate; a better one by an approximation
 is named beside it (``--verify`` measures both).
 
@@ -40,7 +42,9 @@ from ..ot import optimal_acceptance
 from ..probs import warp
 from ..theory import kseq_acceptance, maximal_acceptance
 from ..theory.tuning import (
+    StepCosts,
     expected_calls,
+    fit_overhead,
     gbv_expected_accepted,
     path_survival,
     plug_in_survival,
@@ -107,11 +111,18 @@ class PathRecord:
     acceptance: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _warped(model: LanguageModel, sequence: list[int], count: int, settings: TuneSettings) -> torch.Tensor:
-    """The warped conditionals [count, V] of the last ``count`` tokens of ``sequence``."""
-    cache = model.new_cache(1)
-    logits = model.forward(cache, torch.tensor([sequence[:-1]]), None, count)[0]  # [count, V]
-    return warp(logits.double(), settings.temperature, settings.top_k, settings.top_p)
+def _warped(target: LanguageModel, draft: LanguageModel, sequence: list[int], count: int,
+            settings: TuneSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's and the draft's warped conditionals [count, V] of the last ``count`` tokens of
+    ``sequence``, teacher-forced. A feature draft reads the target's hidden states along the
+    sequence, so its rows are its law at a step's first drafted position: later positions, which
+    read its own, accept less (the prediction is then optimistic there)."""
+    tokens = torch.tensor([sequence[:-1]])
+    target_cache = target.new_cache(1)
+    target_logits = target.forward(target_cache, tokens, None, count)[0]  # [count, V]
+    draft_logits = draft.forward(draft.new_cache(1, target_cache), tokens, None, count)[0]
+    return tuple(warp(logits.double(), settings.temperature, settings.top_k, settings.top_p)
+                 for logits in (target_logits, draft_logits))
 
 
 def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]],
@@ -124,8 +135,7 @@ def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list
     records = []
     for prompt, run in zip(prompts, runs):
         sequence, n = prompt + run.tokens, len(run.tokens)
-        target_probs = _warped(target, sequence, n, settings).numpy()  # [N, V]
-        draft_probs = _warped(draft, sequence, n, settings).numpy()
+        target_probs, draft_probs = (rows.numpy() for rows in _warped(target, draft, sequence, n, settings))  # [N, V]
         at = (np.arange(n), np.array(run.tokens))
         names = {parse_method(m).name for m in settings.methods}
         acceptance = {"sd": maximal_acceptance(target_probs, draft_probs)[:, None]}
@@ -160,22 +170,73 @@ class Costs:
     """Seconds: ``draft[K][L]`` a step's L draft forwards on K rows (one crop after them, as the
     engine drafts; ``draft[K][0]``: one forward and its crop), ``target[K][L]`` one target call scoring K
     drafts of L (``target[K][0]``: one token, ``ar``), ``verify[(method, K, L)]`` one verifier
-    call, ``other`` the engine's time per step outside them, ``prefill`` the target's first call on
-    the prompt (once per decoding; the draft's is taken as t_d / t_T(0) of it)."""
+    call; ``overhead[K][L]`` the rest of a step with K drafts of L as the engine runs it and
+    ``prefill[K]`` its prompt's first calls (:func:`.theory.tuning.fit_overhead` on short decodings);
+    ``ar_step`` and ``ar_prefill`` the same for ``ar`` (its step's wall time and its first call)."""
 
     draft: dict[int, list[float]]
     target: dict[int, list[float]]
     verify: dict[tuple[str, int, int], float]
-    other: float
-    prefill: float
+    overhead: dict[int, tuple[float, ...]]
+    prefill: dict[int, float]
+    ar_step: float
+    ar_prefill: float
 
     @property
     def one_token(self) -> float:
         """t_T(0): the target's one-token call (``ar``'s step)."""
         return self.target[min(self.target)][0]
 
+    def step_costs(self, method: str, num_drafts: int) -> StepCosts:
+        """The terms of :class:`.theory.tuning.StepCosts` for ``method`` with K = ``num_drafts``."""
+        k = num_drafts
+        verify = [0.0] + [self.verify[method, k, length] for length in range(1, len(self.draft[k]))]
+        return StepCosts(tuple(self.draft[k]), tuple(self.target[k]), tuple(verify), self.overhead[k], self.prefill[k])
 
-def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int], settings: TuneSettings,
+
+def _time_verifier(method: str, k: int, length: int, target_rows: torch.Tensor, draft_rows: torch.Tensor,
+                   settings: TuneSettings, generator: torch.Generator) -> float:
+    """Median seconds of ``method``'s verifier on K drafts of L sampled from ``draft_rows``."""
+    spec = parse_method(method)
+    verifier = get_verifier(spec.name, **{"validate": False, **spec.options})
+    rows = draft_rows[:length].expand(k, length, -1)
+    tokens = torch.stack([torch.multinomial(rows[j], 1, generator=generator)[:, 0] for j in range(k)])
+    arrays = (tokens, rows.contiguous(), target_rows[: length + 1].expand(k, length + 1, -1).contiguous())
+    times = []
+    for _ in range(max(3, settings.repeats // 10)):
+        start = time.perf_counter()
+        verifier.verify_trusted(*arrays, generator)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _calibrate(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], spec: str, k: int,
+               model_seconds: list[float], settings: TuneSettings) -> tuple[tuple[float, ...], float]:
+    """Step 3's engine terms for K = ``k``: ``spec`` decoded briefly at each L (prompts in turn);
+    per L the mean wall time of a step after the first (the time outside the steps' calls spread
+    over all steps) against ``model_seconds[L]`` (draft + target + verify of ``spec``), and the
+    first step's excess (the prefill). Returns (overhead [L_max + 1], prefill)."""
+    lengths, engine, prefills = [], [], []
+    tokens = min(settings.max_new_tokens, 4 * (settings.max_draft_length + 1))
+    for length in range(1, settings.max_draft_length + 1):
+        prompt = prompts[(length - 1) % len(prompts)]
+        result = run_spec(spec, target, {"draft": draft}, prompt, max_new_tokens=tokens, draft_length=length,
+                          temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+                          ignore_eos=True, seed=settings.seed + length).result
+        calls = [s.draft_seconds + s.target_seconds + s.verify_seconds for s in result.steps]
+        if len(calls) < 2:
+            continue
+        outside = (result.seconds - sum(calls)) / len(calls)
+        lengths.append(length)
+        engine.append(statistics.fmean(calls[1:]) + outside)
+        prefills.append(calls[0] - statistics.fmean(calls[1:]))
+    if not lengths:
+        raise ValueError(f"max_new_tokens = {settings.max_new_tokens}: too few for two steps of {spec}")
+    overhead = fit_overhead(lengths, engine, [model_seconds[length] for length in lengths], settings.max_draft_length)
+    return overhead, max(statistics.fmean(prefills), 0.0)
+
+
+def measure_costs(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], settings: TuneSettings,
                   target_rows: torch.Tensor, draft_rows: torch.Tensor) -> Costs:
     """Step 3 of the module doc. ``target_rows`` [L + 1, V], ``draft_rows`` [L, V]: distributions of
     the pass, on which each verifier is timed with drafts sampled from them."""
@@ -184,32 +245,27 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompt: list[int]
         target_seconds[k] = [0.0] * (settings.max_draft_length + 1)
         draft_seconds[k] = [0.0] * (settings.max_draft_length + 1)
         for length in range(1, settings.max_draft_length + 1):
-            costs = call_costs({"pair": (target, draft)}, prompt, repeats=settings.repeats, draft_lengths=[length],
-                               accepted=length // 2, num_drafts=k, seed=settings.seed)["pair"]
+            costs = call_costs({"pair": (target, draft)}, prompts[0], repeats=settings.repeats,
+                               draft_lengths=[length], accepted=length // 2, num_drafts=k, seed=settings.seed)["pair"]
             target_seconds[k][length] = costs[f"target_{length + 1}"]
             target_seconds[k][0] = costs["target_1"]
             draft_seconds[k][length] = costs[f"draft_phase_{length}"]
             draft_seconds[k][0] = costs["draft_1"]
     generator = torch.Generator().manual_seed(settings.seed)
-    verify_seconds = {}
-    for method, k in settings.settings():
-        spec = parse_method(method)
-        verifier = get_verifier(spec.name, **{"validate": False, **spec.options})
-        for length in range(1, settings.max_draft_length + 1):
-            rows = draft_rows[:length].expand(k, length, -1)
-            tokens = torch.stack([torch.multinomial(rows[j], 1, generator=generator)[:, 0] for j in range(k)])
-            arrays = (tokens, rows.contiguous(), target_rows[: length + 1].expand(k, length + 1, -1).contiguous())
-            times = []
-            for _ in range(max(3, settings.repeats // 10)):
-                start = time.perf_counter()
-                verifier.verify_trusted(*arrays, generator)
-                times.append(time.perf_counter() - start)
-            verify_seconds[method, k, length] = statistics.median(times)
-    ar = generate(target, None, prompt, "ar", max_new_tokens=min(64, settings.max_new_tokens), ignore_eos=True,
+    verify_seconds = {(method, k, length): _time_verifier(method, k, length, target_rows, draft_rows, settings, generator)
+                      for method, k in settings.settings() for length in range(1, settings.max_draft_length + 1)}
+    overhead, prefill = {}, {}
+    for k in draft_seconds:  # one method per K runs the engine: the first of the settings
+        method = next(m for m, kk in settings.settings() if kk == k)
+        spec = _spec(dict(method=method, num_drafts=k))
+        model = [draft_seconds[k][length] + target_seconds[k][length] + verify_seconds.get((method, k, length), 0.0)
+                 for length in range(settings.max_draft_length + 1)]
+        overhead[k], prefill[k] = _calibrate(target, draft, prompts, spec, k, model, settings)
+    ar = generate(target, None, prompts[0], "ar", max_new_tokens=min(64, settings.max_new_tokens), ignore_eos=True,
                   temperature=settings.temperature, seed=settings.seed)
-    prefill = ar.steps[0].target_seconds  # the prompt's forward
-    other = max((ar.seconds - prefill) / (len(ar.steps) - 1) - target_seconds[min(target_seconds)][0], 0.0)
-    return Costs(draft_seconds, target_seconds, verify_seconds, other, prefill)
+    ar_prefill = ar.steps[0].target_seconds  # the prompt's forward
+    return Costs(draft_seconds, target_seconds, verify_seconds, overhead, prefill,
+                 (ar.seconds - ar_prefill) / (len(ar.steps) - 1), ar_prefill)
 
 
 def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> list[dict[str, Any]]:
@@ -218,6 +274,7 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
     rows = []
     for method, k in settings.settings():
         name = parse_method(method).name
+        step_costs = costs.step_costs(method, k)
         for length in range(1, settings.max_draft_length + 1):
             if name in ("sd", "bv"):
                 calls = [expected_calls(path_survival(p.ratios, length, name)) for p in paths]
@@ -231,22 +288,18 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                          for p in paths]
                 estimator = "plug-in (approx.)"
             per_call = tokens_per_call(tokens, calls)
-            # per step: the verifier, the rest of the engine, and the prefills spread over the N / k steps
-            draft_prefill = costs.prefill * costs.draft[min(costs.draft)][0] / costs.one_token
-            prefill = (costs.prefill + draft_prefill) * per_call.mean / settings.max_new_tokens
-            seconds = dict(draft=costs.draft[k][length] / length, target=costs.target[k][length],
-                           verify=costs.verify[method, k, length] + costs.other + prefill)
-            speed = float(predicted_tokens_per_second(per_call.mean, seconds["draft"], seconds["target"], length,
-                                                      seconds["verify"]))
+            speed = predicted_tokens_per_second(per_call.mean, step_costs, length, settings.max_new_tokens)
             row = dict(method=method, num_drafts=k, draft_length=length, tokens_per_call=per_call.mean,
                        standard_error=per_call.standard_error, estimator=estimator, tokens_per_second=speed,
-                       step_ms=1e3 * (length * seconds["draft"] + seconds["target"] + seconds["verify"]))
+                       step_ms=1e3 * per_call.mean / speed,
+                       terms_ms={term: 1e3 * getattr(step_costs, term)[length]
+                                 for term in ("draft", "target", "verify", "overhead")})
             if name == "sd":  # the plug-in beside the unbiased value: the bias of target prefixes
                 plug = [expected_calls(plug_in_survival(p.acceptance["sd"], length)) for p in paths]
                 row["plug_in_tokens_per_call"] = tokens_per_call(tokens, plug).mean
             rows.append(row)
     rows.sort(key=lambda r: -r["tokens_per_second"])
-    ar_speed = 1.0 / (costs.one_token + costs.other + costs.prefill / settings.max_new_tokens)
+    ar_speed = 1.0 / (costs.ar_step + costs.ar_prefill / settings.max_new_tokens)
     for row in rows:
         row["vs_ar"] = row["tokens_per_second"] / ar_speed
     rows.append(dict(method="ar", num_drafts=0, draft_length=0, tokens_per_call=1.0, standard_error=0.0,
@@ -295,9 +348,9 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
     sequence = prompts[0] + generate(target, None, prompts[0], "ar", max_new_tokens=settings.max_draft_length + 1,
                                      ignore_eos=True, seed=settings.seed).tokens
     count = settings.max_draft_length + 1
-    target_rows = _warped(target, sequence, count, settings).float()
-    draft_rows = _warped(draft, sequence, count, settings).float()[:-1]
-    costs = measure_costs(target, draft, prompts[0], settings, target_rows, draft_rows)
+    target_rows, draft_rows = (rows.float() for rows in _warped(target, draft, sequence, count, settings))
+    draft_rows = draft_rows[:-1]
+    costs = measure_costs(target, draft, prompts, settings, target_rows, draft_rows)
     rows = predict(paths, costs, settings)
     # recommended: the best by an unbiased estimate; one of the approximations may predict more
     # (gbv's renewal estimate ignores the modification its state puts on the next call: an overestimate)
@@ -308,8 +361,10 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
                       top_k=settings.top_k, top_p=settings.top_p, max_draft_length=settings.max_draft_length,
                       num_drafts=list(settings.num_drafts), repeats=settings.repeats, threads=torch.get_num_threads()),
         costs_ms=dict(draft={k: [1e3 * s for s in v] for k, v in costs.draft.items()},
-                      target={k: [1e3 * s for s in v] for k, v in costs.target.items()}, other=1e3 * costs.other,
-                      prefill=1e3 * costs.prefill),
+                      target={k: [1e3 * s for s in v] for k, v in costs.target.items()},
+                      overhead={k: [1e3 * s for s in v] for k, v in costs.overhead.items()},
+                      prefill={k: 1e3 * s for k, s in costs.prefill.items()},
+                      ar_step=1e3 * costs.ar_step, ar_prefill=1e3 * costs.ar_prefill),
         predictions=rows,
         recommendation=dict(method=_spec(best), num_drafts=best["num_drafts"], draft_length=best["draft_length"],
                             tokens_per_second=best["tokens_per_second"], vs_ar=best["vs_ar"]),

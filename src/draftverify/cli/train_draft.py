@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-
 __all__ = ["train_draft"]
 
 
@@ -18,15 +17,21 @@ def train_draft(
     target: Annotated[str, typer.Option(help="The target: 'smollm2' (the default pair's) or a .gguf file.")] = "smollm2",
     label_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the teacher labelling.")] = 50.0,
     train_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the distillation.")] = 35.0,
-    steps: Annotated[int, typer.Option(min=1, help="Distillation steps (the learning-rate schedule's length).")] = 900,
+    steps: Annotated[int, typer.Option(min=1, help="Training steps (the learning-rate schedule's length).")] = 3000,
+    kind: Annotated[str, typer.Option(help="'feature': a one-layer head on the target's hidden states (EAGLE); "
+                                           "'llama': a small Llama distilled on the answers.")] = "feature",
 ) -> int:
-    """Label chat answers with the target and distill a small draft on them (resumable)."""
+    """Label chat answers with the target and train a draft on them (resumable)."""
     from ..models.gguf import converted_folder
     from ..train.draft import DraftConfig
     from ..train.draft_pipeline import train_draft as run
+    from ..train.feature_draft import FeatureDraftConfig
 
+    configs = {"feature": FeatureDraftConfig, "llama": DraftConfig}
+    if kind not in configs:
+        raise ValueError(f"--kind: expected one of {', '.join(configs)}, got {kind!r}")
     folder = converted_folder(None if target == "smollm2" else target)
     record = run(folder, workdir, output, label_minutes=label_minutes, train_minutes=train_minutes,
-                 draft=DraftConfig(steps=steps))
+                 draft=configs[kind](steps=steps))
     print(f"draft written to {output}: {record['answer_tokens']} answer tokens, step {record['last_step'].get('step')}")
     return 0

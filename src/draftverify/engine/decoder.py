@@ -103,7 +103,7 @@ class Decoder:
         self.states: list[Any] = [None] * len(prompts)
         self.active = list(range(len(prompts)))  # the prompt of each cache row
         self.target_cache = target.new_cache(len(prompts))
-        self.draft_cache = draft.new_cache(len(prompts)) if config.speculative else None
+        self.draft_cache = draft.new_cache(len(prompts), self.target_cache) if config.speculative else None
         policy = config.length_policy if config.speculative else None  # each prompt's L from its own past
         self.length_states = [policy.initial() for _ in prompts] if policy is not None else None
 

@@ -12,19 +12,27 @@ policy says (:meth:`~draftverify.verify.modifications.ModificationStack.min_draf
 too comes from the past.
 
 - :class:`AutoDraftLength` (``draft_length="auto"``): maximises predicted tokens per second,
-  E(L) / (L t_d + t_T(L)), with E(L) = 1 + sum_{l<=L} prod_{i<=l} beta_i (seed 002's expected
+  E(L) / t_step(L), with E(L) = 1 + sum_{l<=L} prod_{i<=l} beta_i (seed 002's expected
   tokens per step, written with per-position acceptance as :func:`draftverify.theory.acceptance_profile`
   does) and beta_i a running estimate of P(position i accepted | positions < i accepted). The costs
-  are given (``draft_cost``, ``target_costs``: any one unit), or measured from the decoding's own
-  step timings (then the choice of L, though not the law, depends on the machine's timings).
+  are given (``draft_cost``, ``target_costs``: t_step(L) = L t_d + t_T(L), any one unit), or
+  measured from the decoding's own steps: the whole wall time of a step (its draft phase, target
+  call, verification, commit and the engine's bookkeeping, from one update to the next) as two
+  least-squares lines in L, the draft phase's and the rest's (the terms of
+  :class:`draftverify.theory.tuning.StepCosts`). Then the choice of L, though not the law, depends
+  on the machine's timings, and :meth:`~AutoDraftLength.update` reads a clock.
 - :class:`HeuristicDraftLength` (``draft_length="heuristic"``): transformers'
   ``num_assistant_tokens_schedule="heuristic"``, L + 2 after a fully accepted draft, L - 1 otherwise.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
+
+from ..theory.tuning import least_squares_line
 
 __all__ = ["AUTO", "HEURISTIC", "AutoDraftLength", "AutoState", "DraftLengthPolicy", "HeuristicDraftLength",
            "StepSeconds", "draft_length_policy"]
@@ -65,16 +73,31 @@ def _check_bounds(policy) -> None:
 @dataclass(frozen=True)
 class AutoState:
     """Per position i = 1..max_length: (decayed) counts of steps that tested and that accepted it;
-    the steps seen; the measured costs: draft seconds and calls, and per L target seconds and calls
-    (the first step's are left out: they hold the prompt's prefill)."""
+    the steps seen; per L = 1..max_length the measured steps, their draft phases' seconds and the
+    rest of their wall time (the first step is left out: it holds the prefill); the clock at the
+    last update (None before it, or with given costs)."""
 
     tested: tuple[float, ...]
     accepted: tuple[float, ...]
     steps: int = 0
-    draft_seconds: float = 0.0
-    draft_calls: int = 0
-    target_seconds: tuple[float, ...] = ()
-    target_calls: tuple[int, ...] = ()
+    measured: tuple[int, ...] = ()
+    draft_seconds: tuple[float, ...] = ()
+    rest_seconds: tuple[float, ...] = ()
+    clock: float | None = None
+
+
+def _line(measured: tuple[int, ...], seconds: tuple[float, ...], through_zero: bool) -> list[float]:
+    """Mean seconds of a step at L = 1..max_length: the least-squares line over the L measured
+    (slope >= 0: a step never gets cheaper with more tokens), flat where one L was measured (or
+    proportional to L with ``through_zero``: the draft phase, made of L forwards)."""
+    seen = [length for length, n in enumerate(measured, 1) if n]
+    means = [seconds[length - 1] / measured[length - 1] for length in seen]
+    if len(seen) == 1 and through_zero:
+        return [means[0] * length / seen[0] for length in range(1, len(measured) + 1)]
+    intercept, slope = least_squares_line(seen, means, [measured[length - 1] for length in seen])
+    if slope < 0:
+        intercept, slope = sum(seconds) / sum(measured), 0.0
+    return [intercept + slope * length for length in range(1, len(measured) + 1)]
 
 
 @dataclass(frozen=True)
@@ -82,7 +105,7 @@ class AutoDraftLength:
     """``draft_length="auto"`` (see the module doc). ``prior`` is the acceptance assumed before any
     observation, held with ``prior_weight`` pseudo-steps (as is each position's predecessor); ``decay`` < 1 forgets old steps
     geometrically. ``draft_cost`` t_d and ``target_costs`` (t_T(L) for L = 1..max_length) are
-    both given or both measured (None)."""
+    both given or both measured (None; ``clock`` gives the time of each update)."""
 
     min_length: int = 1
     max_length: int = MAX_LENGTH
@@ -91,6 +114,7 @@ class AutoDraftLength:
     decay: float = 1.0
     draft_cost: float | None = None
     target_costs: tuple[float, ...] | None = field(default=None)
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_bounds(self)
@@ -108,7 +132,8 @@ class AutoDraftLength:
 
     def initial(self) -> AutoState:
         zeros = (0.0,) * self.max_length
-        return AutoState(tested=zeros, accepted=zeros, target_seconds=zeros, target_calls=(0,) * self.max_length)
+        return AutoState(tested=zeros, accepted=zeros, measured=(0,) * self.max_length, draft_seconds=zeros,
+                         rest_seconds=zeros)
 
     def acceptance(self, state: AutoState) -> list[float]:
         """beta_i for i = 1..max_length: the running estimate at position i, shrunk towards beta_{i-1}
@@ -119,33 +144,27 @@ class AutoDraftLength:
             betas.append(previous)
         return betas
 
-    def costs(self, state: AutoState) -> tuple[float, list[float]] | None:
-        """(t_d, [t_T(L) for L = 1..max_length]); measured ones need a step first. t_T(L) is the
-        least-squares line through the measured mean seconds per L (flat while one L was seen)."""
+    def step_seconds(self, state: AutoState) -> list[float] | None:
+        """t_step(L) for L = 1..max_length: given, or measured (then None until a step after the
+        first was measured): the draft phase's line plus the line of the rest of a step."""
         if self.draft_cost is not None:
-            return self.draft_cost, list(self.target_costs)
-        seen = [(length, s / n) for length, (s, n) in enumerate(zip(state.target_seconds, state.target_calls), 1) if n]
-        if not seen or not state.draft_calls:
+            return [length * self.draft_cost + target for length, target in enumerate(self.target_costs, 1)]
+        if not any(state.measured):
             return None
-        mean_length = sum(length for length, _ in seen) / len(seen)
-        mean_seconds = sum(s for _, s in seen) / len(seen)
-        spread = sum((length - mean_length) ** 2 for length, _ in seen)
-        slope = sum((length - mean_length) * (s - mean_seconds) for length, s in seen) / spread if spread else 0.0
-        slope = max(slope, 0.0)  # a target call never gets cheaper with more tokens
-        lines = [mean_seconds + slope * (length - mean_length) for length in range(1, self.max_length + 1)]
-        return state.draft_seconds / state.draft_calls, [max(s, 1e-9) for s in lines]
+        draft = _line(state.measured, state.draft_seconds, through_zero=True)
+        rest = _line(state.measured, state.rest_seconds, through_zero=False)
+        return [max(d + r, 1e-9) for d, r in zip(draft, rest)]
 
     def choose(self, state: AutoState) -> int:
-        costs = self.costs(state)
-        if costs is None:  # nothing measured yet: a middle length, to measure from
+        seconds = self.step_seconds(state)
+        if seconds is None:  # nothing measured yet: a middle length, to measure from
             return min(max(4, self.min_length), self.max_length)
-        draft_seconds, target_seconds = costs
         best, best_rate, expected, survive = self.min_length, -1.0, 1.0, 1.0
         for length, beta in enumerate(self.acceptance(state), 1):
             survive *= beta
             expected += survive
             if length >= self.min_length:
-                rate = expected / (length * draft_seconds + target_seconds[length - 1])
+                rate = expected / seconds[length - 1]
                 if rate > best_rate:
                     best, best_rate = length, rate
         return best
@@ -155,14 +174,19 @@ class AutoDraftLength:
         tested = [t * self.decay + (i < min(accepted + 1, draft_length)) for i, t in enumerate(state.tested)]
         passed = [a * self.decay + (i < accepted) for i, a in enumerate(state.accepted)]
         new = replace(state, tested=tuple(tested), accepted=tuple(passed), steps=state.steps + 1)
-        if seconds is None or self.draft_cost is not None or state.steps == 0:  # the first step holds the prefill
+        if seconds is None or self.draft_cost is not None:
             return new
-        target_seconds, target_calls = list(state.target_seconds), list(state.target_calls)
-        target_seconds[draft_length - 1] += seconds.target_seconds
-        target_calls[draft_length - 1] += 1
-        return replace(new, draft_seconds=state.draft_seconds + seconds.draft_seconds,
-                       draft_calls=state.draft_calls + seconds.draft_calls,
-                       target_seconds=tuple(target_seconds), target_calls=tuple(target_calls))
+        now = self.clock()
+        if state.clock is None:  # the first step holds the prefill: its end starts the clock
+            return replace(new, clock=now)
+        # from the last update to this one: the last step's commit, then this step's draft, target and verifier
+        index = draft_length - 1
+        measured, draft_seconds, rest_seconds = list(state.measured), list(state.draft_seconds), list(state.rest_seconds)
+        measured[index] += 1
+        draft_seconds[index] += seconds.draft_seconds
+        rest_seconds[index] += now - state.clock - seconds.draft_seconds
+        return replace(new, measured=tuple(measured), draft_seconds=tuple(draft_seconds),
+                       rest_seconds=tuple(rest_seconds), clock=now)
 
 
 @dataclass(frozen=True)

@@ -122,8 +122,10 @@ class LanguageModel(ABC):
     max_length: int | None = None  # positions the model can take (its context), None = no limit
     initial_capacity = 64  # slot-table columns allocated by new_cache
 
-    def new_cache(self, batch_size: int) -> Cache:
-        """An empty cache of ``batch_size`` rows."""
+    def new_cache(self, batch_size: int, target_cache: Cache | None = None) -> Cache:
+        """An empty cache of ``batch_size`` rows. ``target_cache``: the target's cache of the same
+        decoding, read by a draft that drafts from the target's hidden states
+        (:class:`~.feature_draft.FeatureDraft`); other models ignore it."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         return Cache(batch_size, self.initial_capacity, self._new_backend(batch_size))

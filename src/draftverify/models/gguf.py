@@ -15,10 +15,13 @@ removed and converted again. The cache lives in ``$DRAFTVERIFY_CACHE`` if set, e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -114,8 +117,10 @@ def _convert(gguf_file: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_file.parent), gguf_file.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    print(f"draftverify: converting {name} to a float32 model once (about 30 s)", file=sys.stderr, flush=True)
+    with contextlib.redirect_stderr(io.StringIO()):  # that line instead of the loaders' per-tensor progress bars
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

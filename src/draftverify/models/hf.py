@@ -98,6 +98,7 @@ class TransformersModel(LanguageModel):
         if self.kv_cache == "static" and self._lean is None:
             raise ValueError(f"{type(model).__name__}: the static KV cache runs GPT-2 and Llama models only; use 'dynamic'")
         self._static_length = static_length or 0
+        self.feature_size = 0  # > 0: caches keep the last hidden state of every slot (keep_features)
         if not DynamicCache(config=model.config).is_croppable:
             raise ValueError(
                 f"{type(model).__name__}: its cache cannot be cropped (sliding-window or linear-attention "
@@ -130,6 +131,16 @@ class TransformersModel(LanguageModel):
                 tokenizer_object = _load(AutoTokenizer, folder, "tokenizer")
         return cls(model, tokenizer_object, kv_cache=kv_cache, quantize=quantize, kernel=kernel)
 
+    def keep_features(self) -> None:
+        """From now on every new cache keeps, at each slot, the final hidden state (after the final
+        norm) the forward computed there, ``cache.backend.features`` [B, T, E]: what a feature draft
+        (:mod:`.feature_draft`) reads. Lean
+        Llama forwards with the static cache only."""
+        if not (self._static and isinstance(self._lean, LlamaWeights)):
+            raise ValueError(f"{type(self.model).__name__}: only a Llama model on the static KV cache can keep its "
+                             "hidden states for a feature draft")
+        self.feature_size = int(self.config.hidden_size)
+
     @property
     def product_bytes(self) -> int | None:
         """Bytes of weights one call streams through its linear and output layers (lean forwards;
@@ -144,7 +155,7 @@ class TransformersModel(LanguageModel):
         if not self._static:
             return self._cache_class(config=self.model.config)
         layers, heads, head_dim = self._lean.kv_shape
-        return StaticKV(layers, batch_size, heads, head_dim, self._static_length, self.model.dtype)
+        return StaticKV(layers, batch_size, heads, head_dim, self._static_length, self.model.dtype, self.feature_size)
 
     def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
         size = tokens.shape[1]
@@ -159,7 +170,8 @@ class TransformersModel(LanguageModel):
             if self._static:
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
-                logits = self._lean(kv.write, tokens, positions, mask, num_logits)
+                keep = (kv.write_features,) if self.feature_size else ()  # hidden states for a feature draft
+                logits = self._lean(kv.write, tokens, positions, mask, num_logits, *keep)
                 kv.advance(tokens.shape[1])
             elif self._lean is not None:
                 layers = cache.backend.layers

@@ -10,6 +10,7 @@ the norms come from the model's own modules, so rope-scaling variants and norm d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from .gpt2 import KVWrite, Linear, linear_bytes, output_logits
 from .panel_mm import PanelLinear
 
-__all__ = ["LlamaWeights", "is_lean_llama", "llama_forward"]
+__all__ = ["LlamaWeights", "is_lean_llama", "llama_forward", "llama_layers", "layer_weights"]
 
 
 def is_lean_llama(model: Any) -> bool:
@@ -53,16 +54,8 @@ class LlamaWeights:
         """The weights of ``model``, every product as :meth:`~.gpt2.Linear.of` makes it (same options)."""
         body, config = model.model, model.config
 
-        def linear(module: torch.nn.Linear) -> Linear | PanelLinear:
-            return Linear.of(module.weight.t(), module.bias, quantize, kernel)  # weight [out, in] -> [in, out]
-
         with torch.no_grad():
-            layers = tuple(
-                (l.input_layernorm, linear(l.self_attn.q_proj), linear(l.self_attn.k_proj), linear(l.self_attn.v_proj),
-                 linear(l.self_attn.o_proj), l.post_attention_layernorm, linear(l.mlp.gate_proj),
-                 linear(l.mlp.up_proj), linear(l.mlp.down_proj))
-                for l in body.layers
-            )
+            layers = tuple(layer_weights(l, quantize, kernel) for l in body.layers)
             head = Linear.of(model.lm_head.weight.t().contiguous(), model.lm_head.bias, quantize, kernel)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return cls(body.embed_tokens.weight, layers, body.norm, body.rotary_emb, config.num_attention_heads,
@@ -79,8 +72,21 @@ class LlamaWeights:
         return linear_bytes(self.layers, self.head)
 
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                 num_logits: int) -> torch.Tensor:
-        return llama_forward(self, write, tokens, positions, mask, num_logits)
+                 num_logits: int, keep: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+        return llama_forward(self, write, tokens, positions, mask, num_logits, keep)
+
+
+def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = None) -> tuple[Any, ...]:
+    """One ``LlamaDecoderLayer`` as the tuple :func:`llama_layers` reads (see :class:`LlamaWeights`),
+    each product made by :meth:`~.gpt2.Linear.of`."""
+
+    def linear(module: torch.nn.Linear) -> Linear | PanelLinear:
+        return Linear.of(module.weight.t(), module.bias, quantize, kernel)  # weight [out, in] -> [in, out]
+
+    with torch.no_grad():
+        return (layer.input_layernorm, linear(layer.self_attn.q_proj), linear(layer.self_attn.k_proj),
+                linear(layer.self_attn.v_proj), linear(layer.self_attn.o_proj), layer.post_attention_layernorm,
+                linear(layer.mlp.gate_proj), linear(layer.mlp.up_proj), linear(layer.mlp.down_proj))
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -90,12 +96,24 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
-                  mask: torch.Tensor | None, num_logits: int) -> torch.Tensor:
+                  mask: torch.Tensor | None, num_logits: int,
+                  keep: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
     """Logits [B, num_logits, V] after the last ``num_logits`` of ``tokens`` [B, S]; arguments as
-    :func:`~.gpt2.gpt2_forward`."""
-    rows, size = tokens.shape
-    x = weights.embedding[tokens]  # [B, S, E]
-    width = x.shape[-1]
+    :func:`~.gpt2.gpt2_forward`. ``keep``, if given, receives the final hidden states (after the
+    final norm, what the output layer reads) at all S positions, [B, S, E]: a feature draft's input."""
+    x = llama_layers(weights, write, weights.embedding[tokens], positions, mask)  # [B, S, E]
+    if keep is None:
+        return output_logits(weights.head, weights.head_module, weights.final_norm(x[:, -num_logits:]))
+    x = weights.final_norm(x)  # [B, S, E]
+    keep(x)
+    return output_logits(weights.head, weights.head_module, x[:, -num_logits:])  # [B, num_logits, V]
+
+
+def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch.Tensor,
+                 mask: torch.Tensor | None) -> torch.Tensor:
+    """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
+    ``head_dim``) applied to the input states ``x`` [B, S, E]: the states after the last layer."""
+    rows, size, width = x.shape
     cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]
     grouped = weights.kv_heads != weights.heads
@@ -109,5 +127,4 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
         x = x + o_proj(attended.transpose(1, 2).reshape(rows * size, -1)).view(rows, size, width)
         h = norm2(x).view(-1, width)
         x = x + down(F.silu(gate(h)) * up(h)).view(rows, size, width)
-    x = weights.final_norm(x[:, -num_logits:])  # [B, num_logits, E]
-    return output_logits(weights.head, weights.head_module, x)  # [B, num_logits, V]
+    return x

@@ -21,10 +21,11 @@ import torch
 from .base import HistoryModel, LanguageModel
 from .hf import TransformersModel
 
-__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "ModelPair", "NGramModel", "load_ngram_draft", "load_pair"]
+__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "SMOLLM2_LLAMA_DRAFT", "ModelPair", "NGramModel", "load_assistant", "load_draft", "load_ngram_draft", "load_pair"]
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"  # the tiny pair
 SMOLLM2_DRAFT = Path(__file__).resolve().parent.parent / "assets" / "smollm2" / "draft"
+SMOLLM2_LLAMA_DRAFT = SMOLLM2_DRAFT.parent / "llama-draft"  # a transformers draft, for transformers' assisted generation
 PAIRS = ("smollm2", "tiny")
 
 
@@ -91,13 +92,35 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
             raise ValueError(f"target {name!r} has no draft of its own: name one with draft=...")
         if not own_draft.exists():
             raise FileNotFoundError(f"the {name!r} pair has no draft at {own_draft}")
-        draft_model, draft_name = TransformersModel.from_pretrained(own_draft), "draft"
+        draft_model, draft_name = load_draft(own_draft, target_model), "draft"
     elif str(draft) == "ngram":
         draft_model, draft_name = load_ngram_draft(target_model), "ngram"
     else:
-        draft_model, draft_name = TransformersModel.from_pretrained(draft), str(draft)
+        draft_model, draft_name = load_draft(draft, target_model), str(draft)
     _check_same_vocabulary(target_model, draft_model, draft_name)
     return ModelPair(target_model, draft_model, target_model.tokenizer, draft_name)
+
+
+def load_draft(folder: str | Path, target: TransformersModel) -> LanguageModel:
+    """The draft in ``folder`` for ``target``: a feature draft (:mod:`.feature_draft`) or a
+    ``transformers`` model."""
+    from .feature_draft import FeatureDraft, is_feature_draft
+
+    if is_feature_draft(folder):
+        return FeatureDraft.from_folder(folder, target)
+    return TransformersModel.from_pretrained(folder)
+
+
+def load_assistant(pair: ModelPair, target: str | Path | None = None) -> TransformersModel:
+    """A ``transformers`` draft for ``pair`` that transformers' own assisted generation can run: the
+    pair's draft when it is one, else (the default pair's feature draft) the default pair's small
+    Llama draft in ``assets/smollm2/llama-draft``."""
+    if isinstance(pair.draft, TransformersModel):
+        return pair.draft
+    if target not in (None, "smollm2"):
+        raise ValueError(f"draft {pair.draft_name!r} is no transformers model: transformers' assisted generation "
+                         "cannot run it, and this target has no transformers draft of its own")
+    return TransformersModel.from_pretrained(SMOLLM2_LLAMA_DRAFT)
 
 
 def load_ngram_draft(target: TransformersModel, path: str | Path | None = None) -> NGramModel:

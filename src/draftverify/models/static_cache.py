@@ -9,6 +9,9 @@ buffer. Cropping moves ``length``; nothing is freed or copied. Reordering rows c
 prefix once, only when the rows change. Buffers start at the length the caller gives (or empty,
 sized at the first write to the prompt plus at least 256 slots) and double, with one copy of the
 used prefix, when a text outgrows them.
+
+A target read by a feature draft (:mod:`.feature_draft`) also keeps, slot by slot, the last hidden
+state its forward computed there (``features``), reordered, moved and cropped with the keys.
 """
 
 from __future__ import annotations
@@ -23,12 +26,26 @@ _BLOCK = 256  # slots are allocated in multiples of this
 class StaticKV:
     """Keys and values of ``layers`` attention layers for ``batch`` rows, slots ``[0, length)`` in use."""
 
-    def __init__(self, layers: int, batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype):
+    def __init__(self, layers: int, batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+                 feature_size: int = 0):
         shape = (batch, heads, capacity, head_dim)
         with torch.inference_mode(False):  # normal tensors: writable inside and outside inference mode
             self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]  # [B, H, capacity, D] each
             self.values = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]
+            # [B, 1, capacity, E]: the last hidden state at each slot (feature_size E > 0 only)
+            self.hidden = torch.zeros(batch, 1, capacity, feature_size, dtype=dtype) if feature_size else None
         self.length = 0
+
+    @property
+    def features(self) -> torch.Tensor:
+        """[B, length, E]: the last hidden state kept at every slot in use (a view)."""
+        if self.hidden is None:
+            raise ValueError("this cache keeps no hidden states (feature_size=0)")
+        return self.hidden[:, 0, : self.length]
+
+    def write_features(self, hidden: torch.Tensor) -> None:
+        """Keep ``hidden`` [B, S, E] at slots ``[length, length + S)`` (before :meth:`advance`)."""
+        self.hidden[:, 0, self.length : self.length + hidden.shape[1]] = hidden
 
     @property
     def capacity(self) -> int:
@@ -40,8 +57,7 @@ class StaticKV:
             return
         blocks = -(-(self.length + extra) // _BLOCK)  # ceil
         capacity = max(2 * self.capacity, blocks * _BLOCK)
-        self.keys = [self._moved(k, None, capacity) for k in self.keys]
-        self.values = [self._moved(v, None, capacity) for v in self.values]
+        self._select(None, capacity)
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``keys``, ``values`` [B, H, S, D] at slots ``[length, length + S)`` of ``layer``;
@@ -61,13 +77,18 @@ class StaticKV:
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep rows ``rows`` [B'] (repeats allowed), copying only the used prefix."""
-        self.keys = [self._moved(k, rows, self.capacity) for k in self.keys]
-        self.values = [self._moved(v, rows, self.capacity) for v in self.values]
+        self._select(rows, self.capacity)
 
     def move(self, rows: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> None:
         """Copy slot ``source[i]`` to slot ``target[i]`` in row ``rows[i]``, in every layer."""
-        for buffer in (*self.keys, *self.values):
+        for buffer in (*self.keys, *self.values, *([] if self.hidden is None else [self.hidden])):
             buffer[rows, :, target] = buffer[rows, :, source]
+
+    def _select(self, rows: torch.Tensor | None, capacity: int) -> None:
+        self.keys = [self._moved(k, rows, capacity) for k in self.keys]
+        self.values = [self._moved(v, rows, capacity) for v in self.values]
+        if self.hidden is not None:
+            self.hidden = self._moved(self.hidden, rows, capacity)
 
     def _moved(self, buffer: torch.Tensor, rows: torch.Tensor | None, capacity: int) -> torch.Tensor:
         batch, heads, _, head_dim = buffer.shape

@@ -42,6 +42,9 @@ __all__ = [
     "expected_calls",
     "TokensPerCall",
     "tokens_per_call",
+    "StepCosts",
+    "fit_overhead",
+    "least_squares_line",
     "predicted_tokens_per_second",
     "PATH_METHODS",
 ]
@@ -165,14 +168,86 @@ def tokens_per_call(tokens, calls) -> TokensPerCall:
     return TokensPerCall(float(ratio), float(error), int(n.size))
 
 
-def predicted_tokens_per_second(tokens_per_call, draft_seconds: float, target_seconds, draft_length,
-                                verify_seconds=0.0) -> np.ndarray:
-    """Tokens per second k / (L t_d + t_T(L) + t_v): seed 002's speedup k / (1 + L rho) with the
-    costs measured in seconds (one draft forward t_d, one target call scoring the drafts t_T(L),
-    the verifier t_v). Broadcasts."""
-    k = _validate.as_float_array(tokens_per_call, "tokens_per_call")
-    length = _validate.count(draft_length, "draft_length")
-    step = length * float(draft_seconds) + np.asarray(target_seconds, dtype=float) + np.asarray(verify_seconds, dtype=float)
-    if np.any(step <= 0):
-        raise ValueError("the seconds of a step must be > 0")
-    return k / step
+def least_squares_line(draft_lengths, seconds, weights=None) -> tuple[float, float]:
+    """(intercept, slope) of the weighted least-squares line of ``seconds`` [M] against
+    ``draft_lengths`` [M] (``weights`` [M] >= 0, default 1); slope 0 where one length has weight."""
+    x, y = _validate.as_float_array(draft_lengths, "draft_lengths"), _validate.as_float_array(seconds, "seconds")
+    w = np.ones_like(x) if weights is None else _validate.as_float_array(weights, "weights")
+    if x.ndim != 1 or x.shape != y.shape or x.shape != w.shape or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError("draft_lengths, seconds and weights: expected equal-length 1-D arrays, weights >= 0 "
+                         "and not all 0")
+    mean_x, mean_y = (w @ x) / w.sum(), (w @ y) / w.sum()
+    spread = w @ (x - mean_x) ** 2
+    slope = float(w @ ((x - mean_x) * (y - mean_y)) / spread) if spread > 0 else 0.0
+    return float(mean_y - slope * mean_x), slope
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Seconds of a decoding step with L = 1..L_max drafted tokens, term by term; each tuple holds
+    L_max + 1 entries, index L (index 0 unused).
+
+    Seed 002's speedup k / (1 + L c) counts the model calls only: ``draft[L]`` = L c t_T (the
+    draft's L forwards and one crop back) and ``target[L]`` = r(L + 1) t_T (the target scoring the
+    pending token and L drafts; c and r as ``bench model-cost`` measures them). A decoding spends
+    more, measured beside them: ``verify[L]`` the verifier on the step's distributions, and
+    ``overhead[L]`` the rest of a step as the engine runs it (the draft's first call feeding 1 or 2
+    pending tokens, warping and sampling every drafted position, warping the target's L + 1 rows,
+    the bookkeeping around the verifier, the commit), a line a + b L fitted by
+    :func:`fit_overhead`; and ``prefill`` the prompt's first calls of target and draft, once per
+    decoding.
+    """
+
+    draft: tuple[float, ...]
+    target: tuple[float, ...]
+    verify: tuple[float, ...]
+    overhead: tuple[float, ...]
+    prefill: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("draft", "target", "verify", "overhead"):
+            values = _validate.as_float_array(getattr(self, name), name)
+            if values.ndim != 1 or len(values) < 2:
+                raise ValueError(f"{name}: expected L_max + 1 >= 2 seconds (index L), got {getattr(self, name)!r}")
+            object.__setattr__(self, name, tuple(float(v) for v in values))
+        if len({len(self.draft), len(self.target), len(self.verify), len(self.overhead)}) != 1:
+            raise ValueError("draft, target, verify and overhead: expected one entry per L = 0..L_max each")
+        if not np.isfinite(self.prefill) or self.prefill < 0:
+            raise ValueError(f"prefill: expected seconds >= 0, got {self.prefill}")
+
+    @property
+    def max_draft_length(self) -> int:
+        return len(self.draft) - 1
+
+    def step(self, draft_length: int) -> float:
+        """Seconds of one step with L drafted tokens, the prefill left out."""
+        length = int(_validate.count(draft_length, "draft_length", low=1))
+        if length > self.max_draft_length:
+            raise ValueError(f"draft_length: costs are known for L <= {self.max_draft_length}, got {length}")
+        return self.draft[length] + self.target[length] + self.verify[length] + self.overhead[length]
+
+
+def fit_overhead(draft_lengths, engine_seconds, model_seconds, max_draft_length: int) -> tuple[float, ...]:
+    """``overhead[L]`` for L = 0..``max_draft_length``: the least-squares line a + b L through what
+    the engine spent per step beyond the modelled terms, ``engine_seconds`` [M] (a step's wall time,
+    the prefill left out) minus ``model_seconds`` [M] (draft + target + verify of
+    :class:`StepCosts` for the same steps), over steps with ``draft_lengths`` [M]. Not clipped: a
+    negative value says the modelled calls cost more alone than inside the engine."""
+    engine = _validate.as_float_array(engine_seconds, "engine_seconds")
+    model = _validate.as_float_array(model_seconds, "model_seconds")
+    if engine.shape != model.shape:
+        raise ValueError(f"engine_seconds and model_seconds: expected one shape, got {engine.shape} and {model.shape}")
+    intercept, slope = least_squares_line(draft_lengths, engine - model)
+    return tuple(intercept + slope * length for length in range(int(_validate.count(max_draft_length,
+                                                                                      "max_draft_length", low=1)) + 1))
+
+
+def predicted_tokens_per_second(tokens_per_call, costs: StepCosts, draft_length: int, num_tokens: int) -> float:
+    """Tokens per second k / (step(L) + k t_prefill / N) of a decoding of N tokens (N / k steps):
+    seed 002's speedup k / (1 + L c) with every term of :class:`StepCosts` in seconds."""
+    k = float(_validate.rate(tokens_per_call, "tokens_per_call", low=1.0, high=np.inf))
+    tokens = int(_validate.count(num_tokens, "num_tokens", low=1))
+    seconds = costs.step(draft_length) + k * costs.prefill / tokens
+    if seconds <= 0:
+        raise ValueError(f"the seconds of a step must be > 0, got {seconds} (costs {costs})")
+    return k / seconds

@@ -75,11 +75,11 @@ def draft_model(target, config: DraftConfig):
     return draft
 
 
-def load_shards(folder: Path) -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray]]:
-    """Every answered prompt of the teacher shards in ``folder``: (tokens, answer start, top ids
-    [A, k], top probabilities [A, k])."""
+def load_shards(folder: Path, pattern: str = "shard-*.npz") -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray]]:
+    """Every answered prompt of the teacher shards in ``folder`` (those matching ``pattern``):
+    (tokens, answer start, top ids [A, k], top probabilities [A, k])."""
     rows = []
-    for path in sorted(Path(folder).glob("shard-*.npz")):
+    for path in sorted(Path(folder).glob(pattern)):
         data = np.load(path)
         for i in range(len(data["answer_start"])):
             start, length = int(data["answer_start"][i]), int(data["answer_length"][i])

@@ -1,10 +1,12 @@
-"""``draftverify train-draft``: label with the target, distill the draft, save it, resumable.
+"""``draftverify train-draft``: label with the target, train the draft, save it, resumable.
 
 Two long stages, each bounded in minutes and resumed from its own files in ``workdir``
 (``teacher/shard-*.npz``, ``draft/checkpoint.pt``), so a run cut short by a session's end goes on
 from where it stopped: (1) the target answers chat prompts from the standard library
-(:mod:`.teacher`); (2) the draft is distilled on those answers (:mod:`.draft`). The draft is
-saved in float16 (half the bytes; it is loaded as float32) with ``training.json`` beside it.
+(:mod:`.teacher`); (2) the draft is trained on those answers: a feature draft
+(:mod:`.feature_draft`, the default pair's; the target's features are computed once per shard
+first) or a small Llama draft distilled on them (:mod:`.draft`). Drafts are saved in float16 (half
+the bytes; loaded as float32) with ``training.json`` beside them.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from typing import Callable
 import torch
 
 from .draft import DraftConfig, distill_draft, draft_model, load_shards
+from .feature_draft import FeatureDraftConfig, extract_features, load_feature_rows, new_head, train_feature_head
 from .teacher import TeacherConfig, chat_prompts, label_shards
 
 __all__ = ["train_draft"]
 
 
 def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minutes: float, train_minutes: float,
-                teacher: TeacherConfig = TeacherConfig(), draft: DraftConfig = DraftConfig(),
+                teacher: TeacherConfig = TeacherConfig(), draft: DraftConfig | FeatureDraftConfig = FeatureDraftConfig(),
                 log: Callable[[str], None] = print) -> dict:
     """Run both stages for the target in ``target_folder`` (a transformers folder with its chat
-    tokenizer) and write the draft to ``output``; returns what ``training.json`` records."""
-    from transformers import AutoModelForCausalLM
-
+    tokenizer) and write the draft to ``output``: a feature draft for a :class:`FeatureDraftConfig`,
+    a small Llama for a :class:`DraftConfig`. Returns what ``training.json`` records."""
     from ..models.hf import TransformersModel
 
     began = time.time()
@@ -37,16 +39,26 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,
                           deadline=time.time() + label_minutes * 60)
     log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
-    rows = load_shards(workdir / "teacher")
-    model = draft_model(target.model, draft)
-    figures = distill_draft(model, rows, draft, workdir / "draft", log=log, deadline=time.time() + train_minutes * 60)
-    output.mkdir(parents=True, exist_ok=True)
-    model.to(torch.float16).save_pretrained(output)
+    deadline = time.time() + train_minutes * 60
+    if isinstance(draft, FeatureDraftConfig):
+        extract_features(target.model, workdir / "teacher", log=log)
+        rows = load_feature_rows(workdir / "teacher")
+        model = new_head(target.model, rows, draft)
+        figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline)
+        model.save(output)
+    else:
+        rows = load_shards(workdir / "teacher")
+        model = draft_model(target.model, draft)
+        figures = distill_draft(model, rows, draft, workdir / "draft", log=log, deadline=deadline)
+        output.mkdir(parents=True, exist_ok=True)
+        model.to(torch.float16).save_pretrained(output)
     record = {
         "teacher": asdict(teacher), "draft": asdict(draft), "last_step": figures,
         "answers": len(rows), "answer_tokens": int(sum(len(r[2]) for r in rows)),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
     (output / "training.json").write_text(json.dumps(record, indent=2) + "\n")
-    AutoModelForCausalLM.from_pretrained(output, dtype=torch.float32)  # it loads back
+    from ..models.pair import load_draft
+
+    load_draft(output, target)  # it loads back
     return record

@@ -1,0 +1,228 @@
+"""A feature draft: one decoder layer that drafts from the target's own last hidden states.
+
+EAGLE (Li et al. 2024, section 3, figure 6): the target's final hidden state at position j - 1
+(its *feature*, what its output layer reads) already holds most of what the next tokens need, so a
+single decoder layer predicts the next feature from it and the next token:
+
+    u_j = W_fc [e(x_j); f_{j-1}],    f^_j = norm(layer(u_1..u_j)),    D(. | x_<=j) = softmax(W f^_j),
+
+with ``e`` the target's token embedding, ``f_{j-1}`` the target's feature where the target has
+scored position j - 1 (committed tokens) and the draft's own ``f^_{j-1}`` where it has not (the
+tokens drafted in this step), ``f_{-1} = 0``. The output layer ``W`` covers a fixed subset of the
+vocabulary, the tokens most frequent in the target's own answers (FR-Spec, Zhao et al. 2025,
+section 3.2): a draft step then streams a fraction of the target's output layer. The draft's law is
+the softmax over that subset and exactly zero outside it (:meth:`FeatureDraft.forward` returns
+``-inf`` logits there), which is the law the drafted tokens are sampled from, so every exact
+verifier stays exact.
+
+The target keeps its features in its KV cache, slot by slot
+(:meth:`~.hf.TransformersModel.keep_features`); the draft's cache holds a reference to the target's
+cache (:meth:`FeatureDraft.new_cache`). Keys and values that the layer computed from its own
+features are dropped at the next crop (EAGLE recomputes them from the target's features once the
+target has scored those positions): the draft's cache holds only positions computed from the target.
+At the first step the target has not yet seen the prompt; the draft then reads zero features and
+recomputes the prompt at the next step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .base import Cache, LanguageModel
+from .gpt2 import Linear
+from .hf import TransformersModel
+from .llama import layer_weights, llama_layers
+from .masks import causal_mask, slot_mask
+from .static_cache import StaticKV
+
+__all__ = ["FeatureDraft", "FeatureHead", "is_feature_draft"]
+
+_CONFIG = "feature-draft.json"
+_WEIGHTS = "feature-draft.pt"
+
+
+def is_feature_draft(path: str | Path) -> bool:
+    """Whether folder ``path`` holds a feature draft (:meth:`FeatureHead.save`)."""
+    return (Path(path) / _CONFIG).is_file()
+
+
+class FeatureHead(nn.Module):
+    """The trainable part of a feature draft: ``fc`` [2E -> E], one Llama decoder layer of the
+    target's shape, a final RMS norm and the output layer over ``vocab`` (module doc)."""
+
+    def __init__(self, target_config: Any, vocab: torch.Tensor):
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+
+        super().__init__()
+        config = LlamaConfig(**{**target_config.to_dict(), "num_hidden_layers": 1})
+        config._attn_implementation = "sdpa"  # causal without a mask when training
+        width = config.hidden_size
+        self.config = config
+        self.fc = nn.Linear(2 * width, width, bias=False)
+        self.layer = LlamaDecoderLayer(config, 0)
+        self.rotary = LlamaRotaryEmbedding(config)
+        self.norm = LlamaRMSNorm(width, eps=config.rms_norm_eps)
+        self.head = nn.Linear(width, len(vocab), bias=False)
+        self.register_buffer("vocab", torch.as_tensor(vocab, dtype=torch.int64))  # [N] token ids
+
+    def forward(self, embedded: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced features f^ [B, S, E] from token embeddings [B, S, E] and the features of
+        the previous positions [B, S, E] (row b, position j holds f_{j-1}); causal, no cache."""
+        x = self.fc(torch.cat([embedded, features], -1))
+        positions = torch.arange(x.shape[1])[None]
+        return self.norm(self.layer(x, position_ids=positions, position_embeddings=self.rotary(x, positions)))
+
+    def save(self, folder: Path) -> None:
+        """``folder/feature-draft.json`` (the target's config and the subset size) and the weights."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / _CONFIG).write_text(json.dumps({"target_config": self.config.to_dict(), "vocab": len(self.vocab)}))
+        torch.save({k: v.half() if v.is_floating_point() else v for k, v in self.state_dict().items()}, folder / _WEIGHTS)
+
+    @classmethod
+    def load(cls, folder: Path) -> FeatureHead:
+        from transformers import LlamaConfig
+
+        meta = json.loads((Path(folder) / _CONFIG).read_text())
+        state = torch.load(Path(folder) / _WEIGHTS, weights_only=True)
+        head = cls(LlamaConfig(**meta["target_config"]), state["vocab"])
+        head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+        return head.eval()
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """What :func:`~.llama.llama_layers` reads for the draft's one layer."""
+
+    layers: tuple[tuple[Any, ...], ...]
+    rotary: nn.Module
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+class _Backend:
+    """A feature draft's cache state: its layer's keys and values, the target's cache it reads, its
+    own last feature per row and where it was, and per row how many leading slots were computed
+    from the target's features (``exact``)."""
+
+    def __init__(self, kv: StaticKV, source: Cache, rows: int, width: int):
+        self.kv, self.source = kv, source
+        self.last = torch.zeros(rows, width)  # [B, E]: f^ at the last position fed
+        self.last_position = [-1] * rows
+        self.exact = [0] * rows
+
+
+class FeatureDraft(LanguageModel):
+    """A :class:`FeatureHead` drafting for ``target`` (module doc); its products through the same
+    kernels as the target's lean forward (``quantize``, ``kernel`` as :meth:`~.gpt2.Linear.of`)."""
+
+    def __init__(self, head: FeatureHead, target: TransformersModel, *, quantize: str | None = None,
+                 kernel: str | None = None):
+        if head.config.hidden_size != target.config.hidden_size:
+            raise ValueError(f"feature draft: built for hidden size {head.config.hidden_size}, the target has "
+                             f"{target.config.hidden_size}")
+        target.keep_features()
+        self.target, self.head_module = target, head.eval()
+        self.vocab_size, self.eos_token_id, self.max_length = target.vocab_size, target.eos_token_id, target.max_length
+        self.tokenizer = target.tokenizer
+        config = head.config
+        with torch.no_grad():
+            self.embedding = target.model.get_input_embeddings().weight  # [V, E]
+            self.fc = Linear.of(head.fc.weight.t(), None, quantize, kernel)  # [2E, E]
+            self.output = Linear.of(head.head.weight.t().contiguous(), None, quantize, kernel)  # [E, N]
+        self.layer = _Layer((layer_weights(head.layer, quantize, kernel),), head.rotary, config.num_attention_heads,
+                            config.num_key_value_heads, config.head_dim)
+        self.vocab = head.vocab
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, target: TransformersModel, **options: Any) -> FeatureDraft:
+        return cls(FeatureHead.load(Path(folder)), target, **options)
+
+    def new_cache(self, batch_size: int, target_cache: Cache | None = None) -> Cache:
+        """An empty cache of ``batch_size`` rows reading ``target_cache`` (the target's cache of the
+        same decoding, ``batch_size`` rows or a divisor of it: row i reads target row i * B_t // B)."""
+        if target_cache is None:
+            raise ValueError("target_cache: a feature draft drafts from the target's hidden states; give the "
+                             "target's cache of the same decoding")
+        cache = super().new_cache(batch_size)
+        cache.backend.source = target_cache
+        return cache
+
+    def _new_backend(self, batch_size: int) -> _Backend:
+        layers, heads, head_dim = 1, self.layer.kv_heads, self.layer.head_dim
+        kv = StaticKV(layers, batch_size, heads, head_dim, 0, torch.float32)
+        return _Backend(kv, None, batch_size, self.embedding.shape[1])
+
+    def _features(self, cache: Cache, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The input features f_{j-1} [B, S, E] at ``positions`` j [B, S], and whether each came from
+        the target (or is position 0) [B, S] (module doc)."""
+        backend, source = cache.backend, cache.backend.source
+        rows, size = positions.shape
+        slots = source.backend.features  # [B_t, W, E], slot order (the target keeps them: keep_features)
+        if source.holes:  # position order: each row's valid slots first
+            width = slots.shape[1]
+            key = torch.where(source.valid, torch.arange(width), width + torch.arange(width))  # [B_t, W]
+            slots = slots.gather(1, key.argsort(1)[..., None].expand(-1, -1, slots.shape[2]))
+        target_rows = torch.arange(rows) * source.batch_size // rows  # [B]
+        previous = positions - 1  # [B, S]
+        held = torch.tensor(source.held)[target_rows][:, None]  # [B, 1]
+        from_target = (previous >= 0) & (previous < held)
+        features = slots[target_rows[:, None], previous.clamp(0, max(slots.shape[1] - 1, 0))] if slots.shape[1] else \
+            torch.zeros(rows, size, slots.shape[2])
+        own = previous == torch.tensor(backend.last_position)[:, None]  # the position this draft fed last
+        features = torch.where(from_target[..., None], features,
+                               torch.where(own[..., None], backend.last[:, None], torch.zeros(())))
+        return features, from_target | (previous < 0)
+
+    def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
+        backend, kv = cache.backend, cache.backend.kv
+        rows, size = tokens.shape
+        positions = positions.expand(rows, size)
+        with torch.inference_mode():
+            features, exact = self._features(cache, positions)  # [B, S, E], [B, S]
+            x = self.fc(torch.cat([self.embedding[tokens], features], -1).view(rows * size, -1)).view(rows, size, -1)
+            mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
+            kv.reserve(size)
+            hidden = self.head_module.norm(llama_layers(self.layer, kv.write, x, positions, mask))  # [B, S, E]
+            kv.advance(size)
+            backend.last = hidden[:, -1].clone()
+            subset = self.output(hidden[:, -num_logits:].reshape(rows * num_logits, -1))  # [B n, N]
+        valid = cache.valid[:, -size:]
+        fresh = (valid & exact).sum(1).tolist()  # leading new slots computed from the target's features
+        for b in range(rows):
+            new = cache.held[b] - int(valid[b].sum())
+            if backend.exact[b] == new:
+                backend.exact[b] = new + fresh[b]
+            backend.last_position[b] = int(positions[b, -1])
+        logits = torch.full((rows * num_logits, self.vocab_size), float("-inf"))
+        logits[:, self.vocab] = subset  # zero draft probability outside the subset
+        return logits.view(rows, num_logits, -1)
+
+    def crop(self, cache: Cache, lengths: torch.Tensor | list[int]) -> None:
+        """As :meth:`LanguageModel.crop`, and further to the slots computed from the target's features."""
+        lengths = lengths if isinstance(lengths, list) else torch.as_tensor(lengths).tolist()
+        keep = [min(int(n), e) for n, e in zip(lengths, cache.backend.exact)] if len(lengths) == cache.batch_size else lengths
+        super().crop(cache, keep)
+        cache.backend.exact = [min(e, h) for e, h in zip(cache.backend.exact, cache.held)]
+
+    def _reindex(self, cache: Cache, rows: torch.Tensor) -> None:
+        backend = cache.backend
+        with torch.inference_mode():
+            backend.kv.select(rows)
+        order = rows.tolist()
+        backend.last = backend.last[rows]
+        backend.last_position = [backend.last_position[r] for r in order]
+        backend.exact = [backend.exact[r] for r in order]
+
+    def _truncate(self, cache: Cache, num_slots: int) -> None:
+        cache.backend.kv.crop(num_slots)
+
+    def backend_length(self, cache: Cache) -> int:
+        return cache.backend.kv.length

@@ -1,0 +1,196 @@
+"""Training a feature draft (:mod:`draftverify.models.feature_draft`) on the target's own answers.
+
+Data: the teacher shards of :mod:`.teacher` (prompts, the target's sampled answers, the target's
+top-k at every answer position) plus the target's features, its final hidden state after the final
+norm at every position, computed once per shard (:func:`extract_features`, ``features-NNNNN.npy``
+beside ``shard-NNNNN.npz``).
+
+Loss (EAGLE, Li et al. 2024, section 4: feature regression plus the token loss): with f the
+target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, plus Gaussian noise of
+``noise`` times the features' RMS, EAGLE's remedy for its own errors at later draft positions),
+
+    smooth_l1(f^_j, f_j)  (every position)  +  cross-entropy + total variation  (answer positions),
+
+the last two against the teacher's top-k as :func:`.draft.bucket_losses` defines them, with the
+draft's law over its token subset: teacher tokens outside the subset join the rest bucket, where the
+draft has only what it gives the teacher's other tokens (its probability there is zero).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..models.feature_draft import FeatureHead
+from .draft import bucket_losses, load_shards
+
+__all__ = ["FeatureDraftConfig", "extract_features", "frequent_tokens", "load_feature_rows", "train_feature_head"]
+
+
+@dataclass(frozen=True)
+class FeatureDraftConfig:
+    """The subset size and the training schedule."""
+
+    vocab: int = 8192
+    batch_size: int = 8
+    lr: float = 1e-3
+    warmup: int = 50
+    steps: int = 3000
+    noise: float = 0.1
+    regression: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 25
+
+    def __post_init__(self) -> None:
+        if min(self.vocab, self.batch_size, self.steps, self.checkpoint_every) < 1 or not self.lr > 0:
+            raise ValueError("vocab, batch_size, steps, checkpoint_every and lr must be positive")
+
+
+@torch.no_grad()
+def extract_features(model, folder: Path, log: Callable[[str], None] = print) -> int:
+    """For every teacher shard in ``folder`` without one, ``features-NNNNN.npy`` [n, S, E] float16:
+    the target's (a ``transformers`` Llama) final hidden states after the final norm over each
+    sequence (right-padded, so causal attention keeps padding out). Returns the shards done."""
+    done = 0
+    for path in sorted(Path(folder).glob("shard-*.npz")):
+        out = path.with_name(path.name.replace("shard-", "features-").replace(".npz", ".npy"))
+        if out.exists():
+            continue
+        start = time.time()
+        tokens = np.load(path)["tokens"].astype(np.int64)  # [n, S], -1 = padding
+        hidden = model.model(input_ids=torch.from_numpy(np.maximum(tokens, 0))).last_hidden_state  # [n, S, E]
+        partial = out.with_name("." + out.name)
+        with open(partial, "wb") as handle:
+            np.save(handle, hidden.half().numpy())
+        partial.rename(out)
+        done += 1
+        log(f"{out.name}: {int((tokens >= 0).sum())} positions in {time.time() - start:.0f} s")
+    return done
+
+
+def load_feature_rows(folder: Path) -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]]:
+    """Every answered prompt of the shards in ``folder`` that have features: (tokens, answer start,
+    top ids [A, k], top probabilities [A, k], features [S, E] float16)."""
+    rows = []
+    for path in sorted(Path(folder).glob("features-*.npy")):
+        shard = load_shards_file(path.with_name(path.name.replace("features-", "shard-").replace(".npy", ".npz")))
+        features = np.load(path, mmap_mode="r")
+        rows.extend((seq, start, ids, probs, np.asarray(features[i, : len(seq)]))
+                    for i, (seq, start, ids, probs) in enumerate(shard))
+    if not rows:
+        raise FileNotFoundError(f"{folder}: no teacher shards with features (run extract_features first)")
+    return rows
+
+
+def load_shards_file(path: Path):
+    """The rows of one teacher shard, as :func:`.draft.load_shards` reads a folder of them."""
+    return load_shards(path.parent, pattern=path.name)
+
+
+def frequent_tokens(rows, size: int, vocab_size: int) -> torch.Tensor:
+    """The ``size`` token ids (of ``vocab_size``) most frequent among the teacher's answers (ties by
+    id), sorted: [N]."""
+    if not 1 <= size <= vocab_size:
+        raise ValueError(f"vocab: the subset must have 1 to {vocab_size} tokens (the target's vocabulary), got {size}")
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for seq, start, *_ in rows:
+        np.add.at(counts, seq[start:].astype(np.int64), 1)
+    order = np.argsort(-counts, kind="stable")[:size]
+    return torch.from_numpy(np.sort(order))
+
+
+def new_head(target, rows, config: FeatureDraftConfig) -> FeatureHead:
+    """A feature head for ``target`` (a ``transformers`` Llama) over the teacher's most frequent
+    tokens; output layer and final norm start as the target's (its rows of the subset), so f^ lives
+    where the target's features do."""
+    torch.manual_seed(config.seed)
+    head = FeatureHead(target.config, frequent_tokens(rows, config.vocab, target.config.vocab_size))
+    with torch.no_grad():
+        head.head.weight.copy_(target.lm_head.weight[head.vocab])
+        head.norm.weight.copy_(target.model.norm.weight)
+    return head
+
+
+def _batch(rows, indices, embedding: torch.Tensor, vocab_index: torch.Tensor):
+    """Embedded tokens [B, S, E], target features [B, S, E], valid positions [B, S], the answer
+    positions (b, j) [N, 2], and the teacher's top-k there mapped to subset columns [N, k] (a token
+    outside the subset maps to the extra column N_vocab) with its probabilities [N, k]."""
+    width = max(len(rows[i][0]) for i in indices)
+    tokens = torch.zeros(len(indices), width, dtype=torch.int64)
+    features = torch.zeros(len(indices), width, embedding.shape[1])
+    valid = torch.zeros(len(indices), width, dtype=torch.bool)
+    where, ids, probs = [], [], []
+    for b, i in enumerate(indices):
+        seq, start, top_ids, top_probs, feats = rows[i]
+        tokens[b, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
+        features[b, : len(seq)] = torch.from_numpy(feats.astype(np.float32))
+        valid[b, : len(seq)] = True
+        positions = torch.arange(start - 1, start - 1 + len(top_ids))  # the position before each answer token
+        where.append(torch.stack([torch.full_like(positions, b), positions], 1))
+        ids.append(torch.from_numpy(top_ids.astype(np.int64)))
+        probs.append(torch.from_numpy(top_probs))
+    return embedding[tokens], features, valid, torch.cat(where), vocab_index[torch.cat(ids)], torch.cat(probs)
+
+
+def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConfig, workdir: Path,
+                       log: Callable[[str], None] = print, deadline: float | None = None) -> dict:
+    """Train ``head`` on ``rows`` (:func:`load_feature_rows`), resuming from ``workdir/checkpoint.pt``;
+    stops after ``config.steps`` or at ``deadline``. Returns the last logged figures."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    checkpoint = workdir / "checkpoint.pt"
+    optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    step = 0
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        head.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+        log(f"resumed at step {step}")
+    embedding = target.get_input_embeddings().weight.detach().float()  # [V, E]
+    vocab_index = torch.full((embedding.shape[0],), len(head.vocab), dtype=torch.int64)  # token -> subset column
+    vocab_index[head.vocab] = torch.arange(len(head.vocab))
+    scale = float(np.sqrt(np.mean([np.mean(np.square(r[4][:64].astype(np.float32))) for r in rows[:64]])))
+    head.train()
+    figures: dict = {}
+    began = time.time()
+    while step < config.steps and (deadline is None or time.time() < deadline):
+        order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)
+        embedded, features, valid, where, top_ids, top_probs = _batch(rows, order.tolist(), embedding, vocab_index)
+        factor = min(1.0, (step + 1) / config.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / config.steps)))
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * factor
+        previous = F.pad(features[:, :-1], (0, 0, 1, 0))  # [B, S, E]: f_{j-1}, f_{-1} = 0
+        previous = previous + config.noise * scale * torch.randn_like(previous)
+        predicted = head(embedded, previous)  # [B, S, E]
+        regression = F.smooth_l1_loss(predicted[valid], features[valid])
+        subset = head.head(predicted[where[:, 0], where[:, 1]])  # [N, N_vocab]
+        logits = torch.cat([subset, torch.full((len(subset), 1), -1e4)], 1)  # the extra column: outside the subset
+        kept = top_probs * (top_ids < len(head.vocab))  # teacher mass outside the subset goes to the rest bucket
+        cross_entropy, variation = bucket_losses(logits, top_ids, kept)
+        optimizer.zero_grad(set_to_none=True)
+        (config.regression * regression + cross_entropy + variation).backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        figures = {"step": step, "regression": regression.item(), "cross_entropy": cross_entropy.item(),
+                   "acceptance_bound": 1 - variation.item(), "seconds": round(time.time() - began)}
+        if step % 5 == 0:
+            log(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
+        if step % config.checkpoint_every == 0:
+            _save(checkpoint, head, optimizer, step, config)
+    _save(checkpoint, head, optimizer, step, config)
+    head.eval()
+    return figures
+
+
+def _save(checkpoint: Path, head: FeatureHead, optimizer, step: int, config: FeatureDraftConfig) -> None:
+    partial = checkpoint.with_suffix(".partial")
+    torch.save({"model": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "config": asdict(config)}, partial)
+    partial.replace(checkpoint)

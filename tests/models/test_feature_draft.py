@@ -1,0 +1,121 @@
+"""The feature draft: zero probability outside its token subset, the target's features read at the
+right positions, its cache holding only what it computed from them, and the engine exact with it."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from draftverify.engine import DecodeConfig, Decoder, generate_batch
+from draftverify.models.feature_draft import FeatureDraft, FeatureHead, is_feature_draft
+from draftverify.models.hf import TransformersModel
+from draftverify.models.toy import tiny_causal_lm
+from draftverify.testing import goodness_of_fit
+from tests.engine.test_engine_exactness import AcceptAll
+
+VOCAB = 11
+SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
+
+
+def pair(vocab: int = VOCAB, subset: torch.Tensor = SUBSET, seed: int = 0) -> tuple[TransformersModel, FeatureDraft]:
+    target = TransformersModel(tiny_causal_lm(vocab, arch="llama", dtype=torch.float32, seed=seed))
+    torch.manual_seed(seed + 1)
+    head = FeatureHead(target.model.config, subset)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.add_(torch.randn_like(parameter))  # far from the default init: every term matters
+    return target, FeatureDraft(head, target)
+
+
+def test_the_draft_law_is_zero_outside_the_subset():
+    target, draft = pair()
+    target_cache = target.new_cache(1)
+    target.forward(target_cache, torch.tensor([[1, 4, 6]]))
+    logits = draft.forward(draft.new_cache(1, target_cache), torch.tensor([[1, 4, 6, 9]]), None, 4)  # [1, 4, V]
+    probs = torch.softmax(logits, -1)
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[SUBSET] = False
+    assert torch.all(probs[..., outside] == 0)
+    assert torch.allclose(probs[..., SUBSET].sum(-1), torch.ones(1, 4))
+
+
+def test_the_draft_reads_the_targets_features_of_the_previous_position():
+    # through the caches, position j reads the target's feature at j - 1: the same logits as the
+    # head's teacher-forced forward over the target's own final hidden states
+    target, draft = pair()
+    tokens = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    target_cache = target.new_cache(1)
+    target.forward(target_cache, tokens[:, :-1])  # the target has scored all but the last token
+    logits = draft.forward(draft.new_cache(1, target_cache), tokens, None, tokens.shape[1])[0][:, SUBSET]  # [S, N]
+    with torch.no_grad():
+        features = target.model.model(input_ids=tokens).last_hidden_state  # [1, S, E]
+        assert torch.allclose(target_cache.backend.features, features[:, :-1], atol=1e-5)
+        previous = torch.nn.functional.pad(features[:, :-1], (0, 0, 1, 0))
+        expected = draft.head_module.head(draft.head_module(target.model.get_input_embeddings()(tokens), previous))[0]
+    assert torch.allclose(logits, expected, atol=1e-4)
+
+
+def test_positions_drafted_from_its_own_features_are_dropped_at_the_next_crop():
+    target, draft = pair()
+    target_cache = target.new_cache(1)
+    target.forward(target_cache, torch.tensor([[1, 4, 6]]))
+    cache = draft.new_cache(1, target_cache)
+    draft.forward(cache, torch.tensor([[1, 4, 6, 9]]))  # positions 0..3 read the target's features
+    draft.forward(cache, torch.tensor([[2]]))  # position 4 reads the draft's own
+    draft.forward(cache, torch.tensor([[5]]))
+    assert cache.held == [6]
+    draft.crop(cache, [6])
+    assert cache.held == [4] and draft.backend_length(cache) == 4
+
+
+def test_a_feature_draft_needs_the_targets_cache():
+    target, draft = pair()
+    with pytest.raises(ValueError, match="target_cache"):
+        draft.new_cache(1)
+
+
+def test_save_and_load_keep_the_head(tmp_path):
+    _, draft = pair()
+    draft.head_module.save(tmp_path)
+    assert is_feature_draft(tmp_path) and not is_feature_draft(tmp_path / "nothing")
+    loaded = FeatureHead.load(tmp_path)
+    assert torch.equal(loaded.vocab, SUBSET)
+    for name, value in draft.head_module.state_dict().items():
+        if value.is_floating_point():  # stored as float16
+            assert torch.allclose(loaded.state_dict()[name], value.half().float())
+
+
+@pytest.mark.parametrize("method,num_drafts", [("sd", None), ("bv", None), ("kseq", 2)])
+def test_ragged_batches_keep_the_cache_invariant(method, num_drafts):
+    target, draft = pair()
+    prompts = [[1], [2, 0, 5], [0, 3, 1, 2, 7, 7]]
+    decoder = Decoder(target, draft, prompts, DecodeConfig(method, num_drafts=num_drafts, draft_length=3, max_new_tokens=10))
+    while not decoder.done:
+        decoder.step()
+        decoder.check_caches()
+    assert all(len(decoder.generated(i)) == 10 for i in range(len(prompts)))
+
+
+def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, vocab: int) -> np.ndarray:
+    """The target's exact law [V ** n] of the n tokens after ``prompt``, enumerated."""
+    law = []
+    with torch.no_grad():
+        for tail in itertools.product(range(vocab), repeat=num_tokens):
+            sequence = torch.tensor([prompt + list(tail)])
+            probs = torch.softmax(target.model(input_ids=sequence).logits[0].double(), -1)  # [S, V]
+            law.append(float(np.prod([probs[len(prompt) - 1 + i, t] for i, t in enumerate(tail)])))
+    return np.array(law)
+
+
+@pytest.mark.parametrize("method", ["sd", AcceptAll()], ids=["sd", "accept-all"])
+def test_the_engine_with_a_feature_draft_samples_the_targets_law(method):
+    vocab, num_tokens, samples = 3, 3, 2000
+    target, draft = pair(vocab, torch.tensor([0, 2]), seed=4)
+    results = generate_batch(target, draft, [[1]] * samples, method, draft_length=2, max_new_tokens=num_tokens, seed=0)
+    weights = vocab ** np.arange(num_tokens - 1, -1, -1)
+    counts = np.bincount([int(np.dot(r.tokens, weights)) for r in results], minlength=vocab**num_tokens)
+    p_value = goodness_of_fit(counts, _target_law(target, [1], num_tokens, vocab))[0]
+    assert (p_value > 1e-3) if method == "sd" else (p_value < 1e-3)
