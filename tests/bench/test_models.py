@@ -21,8 +21,8 @@ def test_the_ngram_drafter_alone_loads_without_the_transformer_draft():
 
 
 @pytest.mark.parametrize("settings,message", [
-    (dict(drafts=("draft", "lstm")), "drafts: expected kinds among draft, ngram, got draft, lstm"),
-    (dict(drafts=()), "drafts: expected kinds among draft, ngram, got none"),
+    (dict(drafts=("draft", "lstm")), "drafts: expected kinds among draft, ngram, assistant, got draft, lstm"),
+    (dict(drafts=()), "drafts: expected kinds among draft, ngram, assistant, got none"),
     (dict(drafts=("ngram",), tiny=True), "the tiny models have no n-gram drafter"),
 ])
 def test_bad_settings_are_refused(settings, message):
