@@ -14,7 +14,7 @@ from draftverify.models.feature_draft import FeatureDraft, FeatureHead, is_featu
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import tiny_causal_lm
 from draftverify.testing import goodness_of_fit
-from tests.engine.test_engine_exactness import AcceptAll
+from tests.verify.broken_twins import AcceptAll
 
 VOCAB = 11
 SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
