@@ -51,11 +51,10 @@ def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
 def _products(weights: list[torch.Tensor]) -> dict[str, Product]:
     """Each kernel as a call on (x, weight index), its weights prepared once as it needs them."""
     products: dict[str, Product] = {}
-    if kernel().compiled:
-        panels = [PanelLinear(w, None) for w in weights]
-        int8 = [PanelLinear(w, None, "int8") for w in weights]
-        products["panel"] = lambda x, i: panels[i](x)
-        products["panel_int8"] = lambda x, i: int8[i](x)
+    for isa in kernel().isas:  # each instruction set the CPU runs, float32 and int8
+        for quantize in (None, "int8"):
+            linears = [PanelLinear(w, None, quantize, isa) for w in weights]
+            products[f"panel_{isa}" + ("_int8" if quantize else "")] = lambda x, i, linears=linears: linears[i](x)
     products["torch_mm"] = lambda x, i: torch.mm(x, weights[i])
     onednn = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 5) for w in weights]
     products["onednn"] = lambda x, i: torch.ops.mkldnn._linear_pointwise(x, onednn[i], None, "none", [], "")
@@ -98,7 +97,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         times = time_products((k, n), args.rows, copies=copies, repeats=args.repeats, progress=progress)
         for name, by_rows in times.items():
             one = by_rows[args.rows[0]]
-            weight_bytes = k * n * (1 if name == "panel_int8" else 4)
+            weight_bytes = k * n * (1 if name.endswith("int8") else 4)
             results.append(dict(shape=[k, n], kernel=name, copies=copies,
                                 us={m: t * 1e6 for m, t in by_rows.items()},
                                 r={m: t / one for m, t in by_rows.items()},
