@@ -100,7 +100,7 @@ SLOW = [
       "--threads", "1", "--target", "{toy}/target", "--draft", "{toy}/draft", "--kv-cache", "static",
       "--json", "{tmp}/model-cost.json"], 0),
     (["bench", "panel-mm", "--shape", "64x48", "--rows", "1", "2", "--megabytes", "1", "--repeats", "1",
-      "--threads", "1", "--json", "{tmp}/panel.json"], 0),
+      "--statistic", "min", "--clock", "cpu", "--threads", "1", "--json", "{tmp}/panel.json"], 0),
     (["train-draft", "--label-minutes", "0", "--train-minutes", "0", "--steps", "1", "--target", "smollm2",
       "--output", "{tmp}/draft", "--workdir", "{tmp}/draft-work"], 2),  # no teacher shards yet: a clear error
     (["train-pair", "--quick", "--workdir", "{tmp}/train", "--output", "{tmp}/pair", "--seed", "0", "--steps", "2",

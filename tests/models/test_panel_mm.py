@@ -49,9 +49,10 @@ def test_the_product_agrees_with_torch_mm_for_1_to_32_rows(shape, isa):
     weight, bias = weights(shape, 0)
     plain, biased = PanelLinear(weight, None, isa=isa), PanelLinear(weight, bias, isa=isa)
     x = torch.randn(32, shape[0], generator=torch.Generator().manual_seed(1))  # [32, K]
+    product = torch.mm(x, weight)  # [32, N]: row i of x[:rows] @ weight is row i of x @ weight
     for rows in range(1, 33):
-        torch.testing.assert_close(plain(x[:rows]), torch.mm(x[:rows], weight), **TOL)
-        torch.testing.assert_close(biased(x[:rows]), torch.addmm(bias, x[:rows], weight), **TOL)
+        torch.testing.assert_close(plain(x[:rows]), product[:rows], **TOL)
+        torch.testing.assert_close(biased(x[:rows]), product[:rows] + bias, **TOL)
 
 
 @needs_panel
@@ -71,8 +72,9 @@ def test_the_int8_product_agrees_with_the_dequantized_float32_product(shape, isa
     dequantized = q.float() * scale  # [K, N]
     linear = PanelLinear(weight, bias, "int8", isa)
     x = torch.randn(32, shape[0], generator=torch.Generator().manual_seed(5))
+    product = torch.addmm(bias, x, dequantized)  # [32, N]
     for rows in (1, 2, 5, 6, 7, 9, 17, 24, 25, 32):
-        torch.testing.assert_close(linear(x[:rows]), torch.addmm(bias, x[:rows], dequantized), **TOL)
+        torch.testing.assert_close(linear(x[:rows]), product[:rows], **TOL)
     eager = Linear.of(weight, bias, "int8", "eager")  # the fallback computes the same int8 model
     torch.testing.assert_close(eager(x), linear(x), **TOL)
     if shape[0] > 1:  # the int8 model is not the float32 one (K = 1: each weight is its column's max, exact)
