@@ -160,7 +160,8 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         rows.append(dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c),
                          one_token_gb_s=streamed / c["target_1"] / 1e9,
                          bandwidth_fraction=streamed / c["target_1"] / bandwidth))
-    report = dict(settings=dict(target=args.target or "embedded", draft=args.draft or ("embedded" if draft else None),
+    default = "default pair"  # load_pair's: SmolLM2
+    report = dict(settings=dict(target=args.target or default, draft=args.draft or (default if draft else None),
                                 repeats=args.repeats, statistic=args.statistic, clock=args.clock, prompt_length=args.prompt_length, draft_lengths=args.draft_length,
                                 accepted=args.accepted, kv_cache=args.kv_cache, threads=torch.get_num_threads()),
                   kernel=dict(name=status.name, reason=status.reason, load_seconds=status.load_seconds,

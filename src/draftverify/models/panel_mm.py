@@ -8,8 +8,20 @@ six rows per pass over a panel in registers) and, where the CPU has it, AVX-512F
 pass, each panel's 16 columns one register); ``draftverify bench panel-mm`` and
 docs/results/model_cost.md compare them with torch and numpy.
 
-The C++ source is compiled by ``torch.utils.cpp_extension`` at first use (``-O3 -mavx2 -mfma``,
-about a minute) and cached in ``$TORCH_EXTENSIONS_DIR`` when set, else in
+One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the
+real target's five shapes (one thread, CPU clock, AMD Zen 4 under load; model_cost.md), the AVX-512
+panel product was the fastest float32 product at every M on 576x576, 576x192 and 1536x576, and on
+576x1536 at every M but one row, where OpenBLAS's GEMV tied it (163 against 185 us in one run, 162
+against 167 in another); oneDNN's prepacked kernel, the best of torch's from 3 rows, trailed it by
+10-35% (576x1536: 231 against 201 us at 5 rows, 309 against 227 at 9, 442 against 386 at 17, 547
+against 470 at 24). On the output layer (576x49152) oneDNN tied it from 17 rows (12.1 against 12.4 ms)
+and OpenBLAS was faster at one row (4.6 against 5.5 ms). The AVX2 path against oneDNN (which itself
+runs AVX-512 here): faster or even at every M but 16-17 rows of 576x1536 and 1536x576, where oneDNN
+was 5-7% faster. No crossover pays for a second packed
+copy of the weights, so :class:`PanelLinear` runs the panel kernel for every M.
+
+The C++ source is compiled by ``torch.utils.cpp_extension`` at first use (``-O3 -mavx2 -mfma``;
+the AVX-512 functions by a ``#pragma GCC target``; under a minute on an idle core) and cached in ``$TORCH_EXTENSIONS_DIR`` when set, else in
 ``$XDG_CACHE_HOME/draftverify`` (``~/.cache/draftverify``). Where it cannot run (a CPU without
 AVX2/FMA, no compiler) the lean forwards keep torch's kernels and a one-line warning says so; the
 environment variable ``DRAFTVERIFY_KERNEL=eager`` picks them on purpose (no warning), and

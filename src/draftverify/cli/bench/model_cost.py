@@ -22,9 +22,9 @@ def model_cost(
     accepted: Annotated[int, typer.Option(min=0, help="Drafted tokens keep_draft keeps.")] = 1,
     clock: Annotated[str, typer.Option(help="wall, or cpu: the thread's CPU time (one thread; leaves out time other processes hold the core).")] = "wall",
     threads: Annotated[int, typer.Option(min=1, help="Torch threads.")] = 1,
-    target: Annotated[str | None, typer.Option(help="Target model folder or .gguf file.", show_default="the embedded pair")] = None,
+    target: Annotated[str | None, typer.Option(help="Target model folder or .gguf file.", show_default="the default pair (SmolLM2)")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model folder (with --target: none unless given).",
-                                              show_default="the embedded pair")] = None,
+                                              show_default="the default pair (SmolLM2)")] = None,
     kv_cache: Annotated[str, typer.Option(help="KV cache: static or dynamic.")] = "static",
     json: JsonFile = None,
 ) -> int:
