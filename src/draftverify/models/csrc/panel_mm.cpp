@@ -51,6 +51,18 @@ inline void load_weights(const int8_t* w, __m256& w0, __m256& w1) {
   w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
 }
 
+// Prefetch the weights kPrefetch bytes ahead of the k-step at k (U rows of the panel w [K, 16]).
+template <int U, typename W>
+inline void prefetch_ahead(const W* w, int64_t k) {
+  constexpr int64_t step = U * kPanel * sizeof(W);  // bytes of W per k-step
+  const int64_t at = k * kPanel * sizeof(W);
+  const char* ahead = reinterpret_cast<const char*>(w) + kPrefetch + at;
+  if (step >= 64)
+    for (int64_t line = 0; line < step; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+  else if (at % 64 == 0)
+    _mm_prefetch(ahead, _MM_HINT_T0);
+}
+
 // Rows of x (stride ldx) times one panel w [K, 16]: R rows, U accumulator sets over k.
 template <int R, int U, typename W>
 void panel_block(const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo, int64_t cols,
@@ -58,15 +70,9 @@ void panel_block(const float* x, int64_t ldx, const W* w, int64_t K, float* out,
   __m256 acc[U][R][2];
   UNROLL for (int u = 0; u < U; ++u)
     UNROLL for (int r = 0; r < R; ++r) acc[u][r][0] = acc[u][r][1] = _mm256_setzero_ps();
-  constexpr int64_t step = U * kPanel * sizeof(W);  // bytes of W per k-step
-  const char* ahead = reinterpret_cast<const char*>(w) + kPrefetch;
   int64_t k = 0;
   for (; k + U <= K; k += U) {
-    const int64_t at = k * kPanel * sizeof(W);
-    if (step >= 64)
-      for (int64_t line = 0; line < step; line += 64) _mm_prefetch(ahead + at + line, _MM_HINT_T0);
-    else if (at % 64 == 0)
-      _mm_prefetch(ahead + at, _MM_HINT_T0);
+    prefetch_ahead<U>(w, k);
     UNROLL for (int u = 0; u < U; ++u) {
       __m256 w0, w1;
       load_weights(w + (k + u) * kPanel, w0, w1);
@@ -131,17 +137,22 @@ struct Product {
   float* out;  // [M, N]
 };
 
-// Panels [begin, end) for all rows, in blocks of near-equal size of at most kMaxRows rows.
+// The product of rows [0, rows) of x and one panel, in one instruction set (rows at most its maximum).
 template <typename W>
-void panels_avx2(const Product<W>& a, int64_t begin, int64_t end) {
-  const int64_t blocks = (a.M + kMaxRows - 1) / kMaxRows;
+using RowsBlock = void (*)(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
+                           int64_t cols, const float* scale, const float* bias);
+
+// Panels [begin, end) for all rows, in blocks of near-equal size of at most max_rows rows.
+template <typename W>
+void panels(const Product<W>& a, int64_t begin, int64_t end, int64_t max_rows, RowsBlock<W> block) {
+  const int64_t blocks = (a.M + max_rows - 1) / max_rows;
   for (int64_t p = begin; p < end; ++p) {
     const int64_t col = p * kPanel, cols = std::min(kPanel, a.N - col);
     const float* s = a.scales == nullptr ? nullptr : a.scales + col;
     const float* b = a.bias == nullptr ? nullptr : a.bias + col;
     for (int64_t i = 0, row = 0; i < blocks; ++i) {
       const int64_t rows = (a.M - row) / (blocks - i);
-      rows_block(rows, a.x + row * a.K, a.K, a.panels + p * a.K * kPanel, a.K, a.out + row * a.N + col, a.N, cols, s, b);
+      block(rows, a.x + row * a.K, a.K, a.panels + p * a.K * kPanel, a.K, a.out + row * a.N + col, a.N, cols, s, b);
       row += rows;
     }
   }
@@ -168,15 +179,9 @@ void panel_block512(const float* x, int64_t ldx, const W* w, int64_t K, float* o
   __m512 acc[U][R];
   UNROLL for (int u = 0; u < U; ++u)
     UNROLL for (int r = 0; r < R; ++r) acc[u][r] = _mm512_setzero_ps();
-  constexpr int64_t step = U * kPanel * sizeof(W);  // bytes of W per k-step
-  const char* ahead = reinterpret_cast<const char*>(w) + kPrefetch;
   int64_t k = 0;
   for (; k + U <= K; k += U) {
-    const int64_t at = k * kPanel * sizeof(W);
-    if (step >= 64)
-      for (int64_t line = 0; line < step; line += 64) _mm_prefetch(ahead + at + line, _MM_HINT_T0);
-    else if (at % 64 == 0)
-      _mm_prefetch(ahead + at, _MM_HINT_T0);
+    prefetch_ahead<U>(w, k);
     UNROLL for (int u = 0; u < U; ++u) {
       const __m512 weights = load_weights512(w + (k + u) * kPanel);
       UNROLL for (int r = 0; r < R; ++r)
@@ -209,19 +214,10 @@ constexpr std::array<Block512<W>, sizeof...(I)> blocks512(std::index_sequence<I.
 }
 
 template <typename W>
-void panels_avx512(const Product<W>& a, int64_t begin, int64_t end) {
+void rows_block512(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
+                   int64_t cols, const float* scale, const float* bias) {
   static constexpr auto table = blocks512<W>(std::make_index_sequence<kMaxRows512>());
-  const int64_t blocks = (a.M + kMaxRows512 - 1) / kMaxRows512;
-  for (int64_t p = begin; p < end; ++p) {
-    const int64_t col = p * kPanel, cols = std::min(kPanel, a.N - col);
-    const float* s = a.scales == nullptr ? nullptr : a.scales + col;
-    const float* b = a.bias == nullptr ? nullptr : a.bias + col;
-    for (int64_t i = 0, row = 0; i < blocks; ++i) {
-      const int64_t rows = (a.M - row) / (blocks - i);
-      table[rows - 1](a.x + row * a.K, a.K, a.panels + p * a.K * kPanel, a.K, a.out + row * a.N + col, a.N, cols, s, b);
-      row += rows;
-    }
-  }
+  table[rows - 1](x, ldx, w, K, out, ldo, cols, scale, bias);
 }
 
 #pragma GCC pop_options
@@ -234,9 +230,9 @@ void panel_mm_impl(const Product<W>& a, bool avx512) {
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(a.K, 1));
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     if (avx512)
-      panels_avx512(a, begin, end);
+      panels(a, begin, end, kMaxRows512, &rows_block512<W>);
     else
-      panels_avx2(a, begin, end);
+      panels(a, begin, end, kMaxRows, &rows_block<W>);
   });
 }
 
