@@ -1,35 +1,81 @@
-"""Held-out loss of a target in float32 and in weight-only int8 (draftverify.models.panel_mm), same
-tokens: the first TOKENS tokens of the embedded pair's held-out stream (stdlib files held out by
-train-pair's hash split, joined by <|endoftext|>), scored in consecutive windows of WINDOW tokens.
+"""Held-out loss of a target in float32 and in weight-only int8 (draftverify.models.panel_mm), on the
+same tokens: teacher-forced mean negative log-likelihood in nats per token.
 
-Run: PYTHONPATH=src python docs/results/int8_heldout_loss.py [TARGET (folder or .gguf)] [TOKENS]
+Two sources of text:
+- ``--shards`` (SmolLM2, the default target): the answer tokens of train-draft's held-out shards
+  (``shard-*.npz``: ``tokens`` [n, S] int32 right-padded with -1, ``answer_start``, ``answer_length``),
+  each row scored alone, the loss on its answer tokens only; ``--rows`` caps the rows per shard.
+- otherwise (``--target tiny``): the first ``--tokens`` tokens of the embedded pair's held-out stream
+  (stdlib files held out by train-pair's hash split, joined by <|endoftext|>) in windows of 256.
+
+Run: PYTHONPATH=src python docs/results/int8_heldout_loss.py [--target T] [--shards 'DIR/shard-*.npz'] [--rows N]
 """
 
+import argparse
+import glob
 import math
-import sys
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from draftverify.models.hf import TransformersModel
 from draftverify.models.pair import load_pair
-from draftverify.train.corpus import split_corpus
 
 WINDOW = 256
-torch.set_num_threads(1)
-target = load_pair().target if len(sys.argv) < 2 else TransformersModel.from_pretrained(sys.argv[1])
-tokens_wanted = int(sys.argv[2]) if len(sys.argv) > 2 else 8192
-split = split_corpus()
-text = "<|endoftext|>".join(split.read(split.heldout))
-ids = target.tokenizer.encode(text)[: tokens_wanted + 1]
-report = {}
-for name, quantize in (("float32", None), ("int8", "int8")):
-    model = TransformersModel(target.model, target.tokenizer, quantize=quantize)
+
+
+def stream_windows(tokenizer, count: int) -> list[tuple[list[int], int]]:
+    """(tokens, first scored position) of consecutive windows of the embedded held-out stream."""
+    from draftverify.train.corpus import split_corpus
+
+    split = split_corpus()
+    ids = tokenizer.encode("<|endoftext|>".join(split.read(split.heldout)))[: count + 1]
+    return [(ids[start: start + WINDOW + 1], 1) for start in range(0, len(ids) - 1, WINDOW)]
+
+
+def answer_rows(pattern: str, rows: int | None) -> list[tuple[list[int], int]]:
+    """(tokens up to the answer's end, answer start) of each held-out row."""
+    out = []
+    for path in sorted(glob.glob(pattern)):
+        shard = np.load(path)
+        for tokens, start, length in list(zip(shard["tokens"], shard["answer_start"], shard["answer_length"]))[:rows]:
+            out.append((tokens[: start + length].tolist(), int(start)))
+    if not out:
+        raise ValueError(f"--shards {pattern!r} matches no rows")
+    return out
+
+
+def loss(model, sequences: list[tuple[list[int], int]]) -> tuple[float, int]:
+    """Summed NLL (nats) of tokens[first:] given their prefixes, over sequences, and their count."""
     total, count = 0.0, 0
-    for start in range(0, len(ids) - 1, WINDOW):
-        window = torch.tensor([ids[start: start + WINDOW + 1]])  # [1, S + 1]
-        logits = model.forward(model.new_cache(1), window[:, :-1], None, window.shape[1] - 1)  # [1, S, V]
-        total += torch.nn.functional.cross_entropy(logits[0].double(), window[0, 1:], reduction="sum").item()
-        count += window.shape[1] - 1
-    report[name] = total / count
-print(f"tokens {count}; held-out loss (nats/token): float32 {report['float32']:.4f}, int8 {report['int8']:.4f} "
-      f"(+{report['int8'] - report['float32']:.4f}, perplexity x{math.exp(report['int8'] - report['float32']):.4f})")
+    for tokens, first in sequences:
+        ids = torch.tensor([tokens])  # [1, S]
+        logits = model.forward(model.new_cache(1), ids[:, :-1], None, ids.shape[1] - first)[0]  # [S - first, V]
+        total += F.cross_entropy(logits.double(), ids[0, first:], reduction="sum").item()
+        count += ids.shape[1] - first
+    return total, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", default=None, help="load_pair's target (default SmolLM2; 'tiny' the embedded one)")
+    parser.add_argument("--shards", default="/work/train-draft/heldout/shard-*.npz")
+    parser.add_argument("--rows", type=int, default=None, help="rows per shard (default all)")
+    parser.add_argument("--tokens", type=int, default=8192, help="tokens of the stream (--target tiny)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    target = load_pair(args.target).target
+    sequences = (stream_windows(target.tokenizer, args.tokens) if args.target == "tiny"
+                 else answer_rows(args.shards, args.rows))
+    report = {}
+    for name, quantize in (("float32", None), ("int8", "int8")):
+        model = type(target)(target.model, target.tokenizer, quantize=quantize)
+        report[name], count = loss(model, sequences)
+    float32, int8 = report["float32"] / count, report["int8"] / count
+    print(f"{len(sequences)} sequences, {count} scored tokens; held-out loss (nats/token): float32 {float32:.4f}, "
+          f"int8 {int8:.4f} ({int8 - float32:+.4f}, perplexity x{math.exp(int8 - float32):.4f})")
+
+
+if __name__ == "__main__":
+    main()

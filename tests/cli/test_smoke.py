@@ -99,9 +99,9 @@ SLOW = [
       "--methods", "lp", "--repeats", "1"], 0),
     (["bench", "model-cost", "--repeats", "1", "--prompt-length", "8", "--draft-length", "2", "--accepted", "1",
       "--threads", "1", "--target", "{toy}/target", "--draft", "{toy}/draft", "--kv-cache", "static",
-      "--json", "{tmp}/model-cost.json"], 0),
+      "--statistic", "min", "--clock", "cpu", "--json", "{tmp}/model-cost.json"], 0),
     (["bench", "panel-mm", "--shape", "64x48", "--rows", "1", "2", "--megabytes", "1", "--repeats", "1",
-      "--threads", "1", "--json", "{tmp}/panel.json"], 0),
+      "--statistic", "min", "--clock", "cpu", "--threads", "1", "--json", "{tmp}/panel.json"], 0),
     (["train-draft", "--label-minutes", "0", "--train-minutes", "0", "--steps", "1", "--target", "smollm2", "--kind", "llama",
       "--output", "{tmp}/draft", "--workdir", "{tmp}/draft-work"], 2),  # no teacher shards yet: a clear error
     (["train-draft", "--kind", "eagle", "--label-minutes", "0"], 2),  # an unknown kind: a clear error

@@ -1,6 +1,7 @@
 """The panel kernel against torch.mm on every product shape the models use (the real SmolLM2-135M
-target's, the embedded GPT-2 target's, odd sizes), for 1 to 32 rows; its int8 form against the
-dequantized float32 product; the eager fallback and its warning.
+target's, the embedded GPT-2 target's, odd sizes), for 1 to 32 rows, in each instruction set this
+CPU runs (AVX2 everywhere, AVX-512 where the CPU has it; a CPU without it skips those cases); its
+int8 form against the dequantized float32 product; the eager fallback and its warning.
 
 Tolerances: weights scaled by K^-1/2 and standard normal inputs give outputs of order 1; two float32
 sums of K products in different orders then differ by a few units of 1e-6 (K <= 1536), so
@@ -15,7 +16,7 @@ import torch
 
 from draftverify.models import panel_mm
 from draftverify.models.gpt2 import Linear
-from draftverify.models.panel_mm import PanelLinear, kernel, pack, quantize_int8
+from draftverify.models.panel_mm import ISAS, PanelLinear, kernel, pack, quantize_int8
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 SMOLLM2 = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]  # [in, out]; vocabulary 49152
@@ -23,6 +24,10 @@ EMBEDDED = [(256, 768), (256, 256), (256, 1024), (1024, 256), (256, 8192)]  # 6 
 ODD = [(577, 17), (33, 5), (1, 16), (7, 31), (15, 1)]  # N not a multiple of 16, K odd
 
 needs_panel = pytest.mark.skipif(not kernel().compiled, reason=f"panel kernel unavailable: {kernel().reason}")
+each_isa = pytest.mark.parametrize("isa", [
+    pytest.param(isa, marks=pytest.mark.skipif(isa not in kernel().isas, reason=f"this CPU does not run {isa}"))
+    for isa in ISAS
+])
 
 
 def weights(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,33 +43,38 @@ def test_the_kernel_builds_on_an_avx2_cpu_unless_eager_is_asked_for():
 
 
 @needs_panel
+@each_isa
 @pytest.mark.parametrize("shape", SMOLLM2 + EMBEDDED + ODD)
-def test_the_product_agrees_with_torch_mm_for_1_to_32_rows(shape):
+def test_the_product_agrees_with_torch_mm_for_1_to_32_rows(shape, isa):
     weight, bias = weights(shape, 0)
-    plain, biased = PanelLinear(weight, None), PanelLinear(weight, bias)
+    plain, biased = PanelLinear(weight, None, isa=isa), PanelLinear(weight, bias, isa=isa)
     x = torch.randn(32, shape[0], generator=torch.Generator().manual_seed(1))  # [32, K]
+    product = torch.mm(x, weight)  # [32, N]: row i of x[:rows] @ weight is row i of x @ weight
     for rows in range(1, 33):
-        torch.testing.assert_close(plain(x[:rows]), torch.mm(x[:rows], weight), **TOL)
-        torch.testing.assert_close(biased(x[:rows]), torch.addmm(bias, x[:rows], weight), **TOL)
+        torch.testing.assert_close(plain(x[:rows]), product[:rows], **TOL)
+        torch.testing.assert_close(biased(x[:rows]), product[:rows] + bias, **TOL)
 
 
 @needs_panel
-def test_many_rows_and_strided_inputs_agree_too():
+@each_isa
+def test_many_rows_and_strided_inputs_agree_too(isa):
     weight, bias = weights((577, 33), 2)
     x = torch.randn(150, 1154, generator=torch.Generator().manual_seed(3))[:, ::2]  # [150, 577], strided
-    torch.testing.assert_close(PanelLinear(weight, bias)(x), torch.addmm(bias, x, weight), **TOL)
+    torch.testing.assert_close(PanelLinear(weight, bias, isa=isa)(x), torch.addmm(bias, x, weight), **TOL)
 
 
 @needs_panel
+@each_isa
 @pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (256, 8192)] + ODD)
-def test_the_int8_product_agrees_with_the_dequantized_float32_product(shape):
+def test_the_int8_product_agrees_with_the_dequantized_float32_product(shape, isa):
     weight, bias = weights(shape, 4)
     q, scale = quantize_int8(weight)
     dequantized = q.float() * scale  # [K, N]
-    linear = PanelLinear(weight, bias, "int8")
+    linear = PanelLinear(weight, bias, "int8", isa)
     x = torch.randn(32, shape[0], generator=torch.Generator().manual_seed(5))
-    for rows in (1, 2, 5, 6, 7, 9, 17, 32):
-        torch.testing.assert_close(linear(x[:rows]), torch.addmm(bias, x[:rows], dequantized), **TOL)
+    product = torch.addmm(bias, x, dequantized)  # [32, N]
+    for rows in (1, 2, 5, 6, 7, 9, 17, 24, 25, 32):
+        torch.testing.assert_close(linear(x[:rows]), product[:rows], **TOL)
     eager = Linear.of(weight, bias, "int8", "eager")  # the fallback computes the same int8 model
     torch.testing.assert_close(eager(x), linear(x), **TOL)
     if shape[0] > 1:  # the int8 model is not the float32 one (K = 1: each weight is its column's max, exact)
@@ -100,6 +110,24 @@ def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not
     monkeypatch.setenv(panel_mm.ENV, "fast")
     with pytest.raises(ValueError, match=panel_mm.ENV):
         kernel.__wrapped__()
+
+
+@needs_panel
+def test_panel_avx2_on_request_leaves_avx512_out_and_an_isa_the_cpu_lacks_is_an_error(monkeypatch):
+    monkeypatch.setenv(panel_mm.ENV, "panel-avx2")
+    status = kernel.__wrapped__()
+    assert status.isas == ("avx2",) and status.name == "panel-avx2"
+    assert kernel().name == f"panel-{kernel().isas[-1]}" and kernel().isas[0] == "avx2"
+    weight = torch.ones(4, 16)
+    with pytest.raises(ValueError, match="isa"):
+        PanelLinear(weight, None, isa="sse2")
+    with pytest.raises(ValueError, match="kernel"):
+        Linear.of(weight, None, kernel="panel-sse2")
+    if "avx512" not in kernel().isas:
+        with pytest.raises(ValueError, match="isa"):
+            Linear.of(weight, None, kernel="panel-avx512")
+    with pytest.raises(RuntimeError, match="isa"):  # the op itself checks too
+        torch.ops.draftverify.panel_mm(torch.ones(1, 4), panel_mm.pack(weight), None, None, 16, "sse2")
 
 
 def test_linear_of_picks_the_kernel_and_rejects_conflicting_options():

@@ -8,7 +8,8 @@ Each call is timed as the engine makes it, cache upkeep included: a one-token fo
 back to the same length (``ar``, and a draft step); ``score_drafts`` of the pending token plus L
 drafted tokens, ``keep_draft`` with ``accepted`` tokens, and the crop back (a speculative step). The
 cache holds the prompt and stays at that length, so every repeat sees the same work. Variants take
-turns call by call, so load drifts hit all alike; medians over ``--repeats``. A speculative step
+turns call by call, so load drifts hit all alike; medians (or ``--statistic min``) over ``--repeats``,
+on the wall clock or (``--clock cpu``, one thread) the thread's CPU clock (:mod:`.panel_mm`). A speculative step
 keeps ``--accepted`` drafted tokens. The bytes a one-token call streams are its linear and output
 layers' weights as the kernel stores them (int8: a quarter), attention's cache and the norms left out.
 Goals (issue 27, real target, one thread): r(5) <= 1.2, r(9) <= 1.4, r(17) <= 2.0; the one-token
@@ -19,7 +20,6 @@ Run: ``draftverify bench model-cost`` (JSON then a table).
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -32,7 +32,7 @@ from ..models.hf import TransformersModel
 from ..models.panel_mm import kernel
 from ..tables import table_of
 from .output import emit_json
-from .panel_mm import copy_bandwidth
+from .panel_mm import CLOCKS, STATISTICS, copy_bandwidth
 from .progress import track
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ class ModelCostSettings:
     target: str | None = None
     draft: str | None = None
     kv_cache: str = "static"
+    statistic: str = "median"
+    clock: str = "wall"
     json: str | None = None
 
 
@@ -88,8 +90,9 @@ def _score(model: LanguageModel, cache: Any, generator: torch.Generator, length:
 
 def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], prompt: list[int], *, repeats: int,
                draft_lengths: list[int], accepted: int, num_drafts: int = 1, seed: int = 0,
+               statistic: str = "median", clock: str = "wall",
                progress: Progress | None = None) -> dict[str, dict[str, float]]:
-    """Median seconds per call of each kind (``target_1``, ``target_{L+1}`` for each L, and when the
+    """Seconds per call (``statistic`` of the repeats: median or min, on ``clock``) of each kind (``target_1``, ``target_{L+1}`` for each L, and when the
     variant has a draft ``draft_1`` and ``draft_phase_{L}``: L draft forwards then one crop, as a step
     drafts) for each variant (name -> (target, draft or None)), calls interleaved across variants and
     kinds; ``progress`` (see :mod:`.progress`) follows the rounds. With K = ``num_drafts`` > 1 the
@@ -97,6 +100,7 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], 
     if accepted > min(draft_lengths):
         raise ValueError(f"accepted must be <= every draft_length, got {accepted} > {min(draft_lengths)}")
     generator = torch.Generator().manual_seed(seed)
+    now = CLOCKS[clock]
     calls: dict[tuple[str, str], Callable[[], None]] = {}
     for name, (target, draft) in variants.items():
         caches = {}
@@ -118,12 +122,12 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], 
     seconds: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
     for _ in track(progress, range(repeats), "timed rounds"):
         for key, call in calls.items():
-            start = time.perf_counter()
+            start = now()
             call()
-            seconds[key].append(time.perf_counter() - start)
+            seconds[key].append(now() - start)
     out: dict[str, dict[str, float]] = {}
     for (name, kind), values in seconds.items():
-        out.setdefault(name, {})[kind] = statistics.median(values)
+        out.setdefault(name, {})[kind] = STATISTICS[statistic](values)
     return out
 
 
@@ -142,8 +146,8 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
               kv_cache: str) -> dict[str, tuple[TransformersModel, LanguageModel | None]]:
     """The target model under each matrix kernel (the panel kernel, float32 and int8, where it runs)."""
     kinds = {"eager": dict(kernel="eager")}
-    if kernel().compiled:
-        kinds |= {"panel": dict(kernel="panel"), "panel_int8": dict(kernel="panel", quantize="int8")}
+    for isa in kernel().isas:  # each instruction set the CPU runs
+        kinds |= {f"panel_{isa}": dict(kernel=f"panel-{isa}"), f"panel_{isa}_int8": dict(kernel=f"panel-{isa}", quantize="int8")}
     variants = {name: (TransformersModel(model, tokenizer, kv_cache=kv_cache, **options), draft)
                 for name, options in kinds.items()}
     if isinstance(draft, FeatureDraft):  # every target variant keeps the hidden states the draft reads
@@ -170,17 +174,18 @@ def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
     variants = _variants(target.model, target.tokenizer, draft, args.kv_cache)
     prompt = torch.randint(0, target.vocab_size, (args.prompt_length,),
                            generator=torch.Generator().manual_seed(1)).tolist()
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(clock=args.clock)
     costs = call_costs(variants, prompt, repeats=args.repeats, draft_lengths=args.draft_length,
-                       accepted=args.accepted, progress=progress)
+                       accepted=args.accepted, statistic=args.statistic, clock=args.clock, progress=progress)
     rows = []
     for name, c in costs.items():
         streamed = variants[name][0].product_bytes
         rows.append(dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c),
                          one_token_gb_s=streamed / c["target_1"] / 1e9,
                          bandwidth_fraction=streamed / c["target_1"] / bandwidth))
-    report = dict(settings=dict(target=args.target or "embedded", draft=args.draft or ("embedded" if draft else None),
-                                repeats=args.repeats, prompt_length=args.prompt_length, draft_lengths=args.draft_length,
+    default = "default pair"  # load_pair's: SmolLM2
+    report = dict(settings=dict(target=args.target or default, draft=args.draft or (default if draft else None),
+                                repeats=args.repeats, statistic=args.statistic, clock=args.clock, prompt_length=args.prompt_length, draft_lengths=args.draft_length,
                                 accepted=args.accepted, kv_cache=args.kv_cache, threads=torch.get_num_threads()),
                   kernel=dict(name=status.name, reason=status.reason, load_seconds=status.load_seconds,
                               built=status.built),

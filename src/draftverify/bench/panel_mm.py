@@ -4,7 +4,10 @@ linear (what the eager lean forwards run) and numpy (OpenBLAS), and a copy bandw
 
 ``copies`` distinct weights of the shape, cycled (together far larger than the L3 cache), so each
 product streams its weights from memory as a model's layers do. Kernels and row counts take turns
-within each round, so load drifts hit all alike; medians over ``--repeats`` rounds. ``r(M)`` is a
+within each round, so load drifts hit all alike; the median (or ``--statistic min``: the fastest,
+the round least disturbed by other processes on a loaded machine) over ``--repeats`` rounds, on
+the wall clock or (``--clock cpu``, one thread only) the thread's CPU clock, which leaves out the time
+other processes hold the core (not their share of the memory bus). ``r(M)`` is a
 kernel's time for M rows over its own time for one row; ``bandwidth`` its one-row weight bytes per
 second over the copy bandwidth (bytes read plus bytes written per second of a large ``copy_``).
 Goals (issue 27): r(5) <= 1.2, r(9) <= 1.4, r(17) <= 2.0; one row at >= 85% of copy bandwidth.
@@ -30,32 +33,44 @@ from .progress import track
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["PanelMmSettings", "copy_bandwidth", "run", "time_products"]
+__all__ = ["CLOCKS", "STATISTICS", "PanelMmSettings", "check_clock", "copy_bandwidth", "run", "time_products"]
+
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}  # of the rounds
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}  # seconds
 
 Product = Callable[[torch.Tensor, int], object]  # (x [M, K], weight index) -> x @ W_index
 
 
-def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+def check_clock(clock: str, threads: int) -> None:
+    """ValueError naming --clock (and --threads) unless ``clock`` is one of :data:`CLOCKS` that can
+    time ``threads`` threads (the CPU clock counts the calling thread only)."""
+    if clock not in CLOCKS:
+        raise ValueError(f"--clock must be one of {sorted(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and threads != 1:
+        raise ValueError(f"--clock cpu times one thread; it conflicts with --threads {threads}")
+
+
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5, clock: str = "wall") -> float:
     """Bytes read plus bytes written per second by ``copy_`` of a buffer far larger than the caches
-    (the best of ``repeats``)."""
+    (the best of ``repeats`` on ``clock``, see :data:`CLOCKS`)."""
+    now = CLOCKS[clock]
     source = torch.ones(megabytes * 2**18)  # float32: megabytes MiB
     target = torch.empty_like(source)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         target.copy_(source)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, now() - start)
     return 2 * source.numel() * 4 / best
 
 
 def _products(weights: list[torch.Tensor]) -> dict[str, Product]:
     """Each kernel as a call on (x, weight index), its weights prepared once as it needs them."""
     products: dict[str, Product] = {}
-    if kernel().compiled:
-        panels = [PanelLinear(w, None) for w in weights]
-        int8 = [PanelLinear(w, None, "int8") for w in weights]
-        products["panel"] = lambda x, i: panels[i](x)
-        products["panel_int8"] = lambda x, i: int8[i](x)
+    for isa in kernel().isas:  # each instruction set the CPU runs, float32 and int8
+        for quantize in (None, "int8"):
+            linears = [PanelLinear(w, None, quantize, isa) for w in weights]
+            products[f"panel_{isa}" + ("_int8" if quantize else "")] = lambda x, i, linears=linears: linears[i](x)
     products["torch_mm"] = lambda x, i: torch.mm(x, weights[i])
     onednn = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 5) for w in weights]
     products["onednn"] = lambda x, i: torch.ops.mkldnn._linear_pointwise(x, onednn[i], None, "none", [], "")
@@ -65,8 +80,11 @@ def _products(weights: list[torch.Tensor]) -> dict[str, Product]:
 
 
 def time_products(shape: tuple[int, int], rows: list[int], *, copies: int, repeats: int, seed: int = 0,
+                  statistic: str = "median", clock: str = "wall",
                   progress: Progress | None = None) -> dict[str, dict[int, float]]:
-    """Median seconds per product for each kernel and row count (module doc)."""
+    """Seconds per product (``statistic`` of the rounds on ``clock``) for each kernel and row count
+    (module doc)."""
+    now = CLOCKS[clock]
     generator = torch.Generator().manual_seed(seed)
     weights = [torch.randn(shape, generator=generator) * shape[0] ** -0.5 for _ in range(copies)]
     products = _products(weights)
@@ -78,13 +96,13 @@ def time_products(shape: tuple[int, int], rows: list[int], *, copies: int, repea
     for _ in track(progress, range(repeats), f"rounds {shape[0]}x{shape[1]}"):
         for (name, m), values in seconds.items():
             product, x = products[name], inputs[m]
-            start = time.perf_counter()
+            start = now()
             for i in range(copies):
                 product(x, i)
-            values.append((time.perf_counter() - start) / copies)
+            values.append((now() - start) / copies)
     out: dict[str, dict[int, float]] = {}
     for (name, m), values in seconds.items():
-        out.setdefault(name, {})[m] = statistics.median(values)
+        out.setdefault(name, {})[m] = STATISTICS[statistic](values)
     return out
 
 
@@ -98,25 +116,28 @@ class PanelMmSettings:
     megabytes: int = 400
     repeats: int = 7
     threads: int = 1
+    statistic: str = "median"
+    clock: str = "wall"
     json: str | None = None
 
 
 def run(args: PanelMmSettings, progress: Progress | None = None) -> int:
     torch.set_num_threads(args.threads)
     status = kernel()
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(clock=args.clock)
     results = []
     for k, n in args.shape:
         copies = max(2, round(args.megabytes * 2**20 / (k * n * 4)))
-        times = time_products((k, n), args.rows, copies=copies, repeats=args.repeats, progress=progress)
+        times = time_products((k, n), args.rows, copies=copies, repeats=args.repeats, statistic=args.statistic,
+                              clock=args.clock, progress=progress)
         for name, by_rows in times.items():
             one = by_rows[args.rows[0]]
-            weight_bytes = k * n * (1 if name == "panel_int8" else 4)
+            weight_bytes = k * n * (1 if name.endswith("int8") else 4)
             results.append(dict(shape=[k, n], kernel=name, copies=copies,
                                 us={m: t * 1e6 for m, t in by_rows.items()},
                                 r={m: t / one for m, t in by_rows.items()},
                                 bandwidth_fraction=weight_bytes / one / bandwidth))
-    report = dict(settings=dict(repeats=args.repeats, megabytes=args.megabytes, threads=torch.get_num_threads(),
+    report = dict(settings=dict(repeats=args.repeats, statistic=args.statistic, clock=args.clock, megabytes=args.megabytes, threads=torch.get_num_threads(),
                                 rows=args.rows),
                   kernel=dict(name=status.name, reason=status.reason, load_seconds=status.load_seconds,
                               built=status.built),

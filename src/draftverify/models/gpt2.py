@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .panel_mm import PanelLinear, quantize_int8
+from .panel_mm import ISAS, PanelLinear, quantize_int8
 from .panel_mm import kernel as panel_kernel
 
 __all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
@@ -84,19 +84,22 @@ class Linear:
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None, quantize: str | None = None,
            kernel: str | None = None) -> Linear | PanelLinear:
         """The product for a weight [in, out]: the panel kernel for float32 weights where it runs
-        (``kernel`` "panel" or "eager" overrides :func:`.panel_mm.kernel`'s choice), else eager:
+        (``kernel`` "panel", "panel-avx2", "panel-avx512" or "eager" overrides
+        :func:`.panel_mm.kernel`'s choice; "panel" runs its best instruction set), else eager:
         oneDNN-packed when it can, ``addmm`` otherwise. ``quantize="int8"``: the weight-only int8
         product (eager: over the dequantized weights)."""
         if quantize not in (None, "int8"):
             raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
-        if kernel not in (None, "panel", "eager"):
-            raise ValueError(f"kernel must be None, 'panel' or 'eager', got {kernel!r}")
-        if weight.dtype != torch.float32 and (quantize is not None or kernel == "panel"):
-            raise ValueError(f"quantize='int8' and kernel='panel' take float32 weights, got {weight.dtype}")
-        if kernel == "panel" and not panel_kernel().compiled:
-            raise ValueError(f"kernel='panel' cannot run here: {panel_kernel().reason}")
-        if weight.dtype == torch.float32 and (panel_kernel().compiled if kernel is None else kernel == "panel"):
-            return PanelLinear(weight, bias, quantize)
+        panels = ("panel", *(f"panel-{isa}" for isa in ISAS))
+        if kernel not in (None, "eager", *panels):
+            raise ValueError(f"kernel must be None, 'eager' or one of {panels}, got {kernel!r}")
+        if weight.dtype != torch.float32 and (quantize is not None or kernel in panels):
+            raise ValueError(f"quantize='int8' and kernel={kernel!r} take float32 weights, got {weight.dtype}")
+        if kernel in panels and not panel_kernel().compiled:
+            raise ValueError(f"kernel={kernel!r} cannot run here: {panel_kernel().reason}")
+        if weight.dtype == torch.float32 and (panel_kernel().compiled if kernel is None else kernel in panels):
+            isa = kernel.removeprefix("panel-") if kernel not in (None, "panel") else None
+            return PanelLinear(weight, bias, quantize, isa)
         with torch.no_grad():
             if quantize == "int8":
                 q, scale = quantize_int8(weight)

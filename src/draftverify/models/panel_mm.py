@@ -3,15 +3,30 @@ weights packed once in 16-column panels, float32 or weight-only int8 (issue 27).
 
 A target call of L + 1 tokens streams the same weights as a one-token call; on a CPU both are bound
 by that stream, so their cost ratio r should stay near 1. torch's float32 kernels (MKL, oneDNN) do
-not get there for 2-32 rows on AVX2 CPUs; ``csrc/panel_mm.cpp`` does (one AVX2/FMA pass over each
-panel for all rows, up to six rows per pass in registers; ``draftverify bench panel-mm`` and
-docs/results/model_cost.md compare it with torch and numpy).
+not get there for 2-32 rows; ``csrc/panel_mm.cpp`` does, in two instruction sets: AVX2/FMA (up to
+six rows per pass over a panel in registers) and, where the CPU has it, AVX-512F (up to 24 rows per
+pass, each panel's 16 columns one register); ``draftverify bench panel-mm`` and
+docs/results/model_cost.md compare them with torch and numpy.
 
-The C++ source is compiled by ``torch.utils.cpp_extension`` at first use (``-O3 -mavx2 -mfma``,
-about a minute) and cached in ``$TORCH_EXTENSIONS_DIR`` when set, else in
+One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the
+real target's five shapes (one thread, CPU clock, AMD Zen 4 under load; model_cost.md), the AVX-512
+panel product was the fastest float32 product at every M on 576x576, 576x192 and 1536x576, and on
+576x1536 at every M but one row, where OpenBLAS's GEMV tied it (163 against 185 us in one run, 162
+against 167 in another); oneDNN's prepacked kernel, the best of torch's from 3 rows, trailed it by
+10-35% (576x1536: 231 against 201 us at 5 rows, 309 against 227 at 9, 442 against 386 at 17, 547
+against 470 at 24). On the output layer (576x49152) oneDNN tied it from 17 rows (12.1 against 12.4 ms)
+and OpenBLAS was faster at one row (4.6 against 5.5 ms). The AVX2 path against oneDNN (which itself
+runs AVX-512 here): faster or even at every M but 16-17 rows of 576x1536 and 1536x576, where oneDNN
+was 5-7% faster. No crossover pays for a second packed
+copy of the weights, so :class:`PanelLinear` runs the panel kernel for every M.
+
+The C++ source is compiled by ``torch.utils.cpp_extension`` at first use (``-O3 -mavx2 -mfma``;
+the AVX-512 functions by a ``#pragma GCC target``; under a minute on an idle core) and cached in ``$TORCH_EXTENSIONS_DIR`` when set, else in
 ``$XDG_CACHE_HOME/draftverify`` (``~/.cache/draftverify``). Where it cannot run (a CPU without
 AVX2/FMA, no compiler) the lean forwards keep torch's kernels and a one-line warning says so; the
-environment variable ``DRAFTVERIFY_KERNEL=eager`` picks them on purpose (no warning).
+environment variable ``DRAFTVERIFY_KERNEL=eager`` picks them on purpose (no warning), and
+``DRAFTVERIFY_KERNEL=panel-avx2`` keeps the panel kernel to AVX2 on an AVX-512 CPU (as a CPU without
+AVX-512 runs it).
 
 Weight-only int8 (per output column: ``scale = max_k |W[k, n]| / 127``, ``q = round(W / scale)``):
 the kernel converts each weight to float32 and accumulates in float32, then multiplies a column by
@@ -32,9 +47,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ENV", "PANEL", "KernelStatus", "PanelLinear", "kernel", "pack", "quantize_int8"]
+__all__ = ["ENV", "ISAS", "PANEL", "KernelStatus", "PanelLinear", "kernel", "pack", "quantize_int8"]
 
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
+ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
 PANEL = 16  # output columns per panel: two 8-float AVX registers
 SOURCE = Path(__file__).resolve().parent / "csrc" / "panel_mm.cpp"
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
@@ -42,17 +58,30 @@ _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 
 @dataclass(frozen=True)
 class KernelStatus:
-    """Which product the lean forwards run: ``name`` "panel-avx2" or "eager"; ``reason`` why eager
-    ("" otherwise); ``load_seconds`` to build (``built``) or load the cached library."""
+    """Which product the lean forwards run: ``isas`` the panel kernel's instruction sets this CPU runs
+    (of :data:`ISAS`; the last by default, empty: eager); ``reason`` why eager ("" otherwise);
+    ``load_seconds`` to build (``built``) or load the cached library."""
 
-    name: str
+    isas: tuple[str, ...] = ()
     reason: str = ""
     load_seconds: float = 0.0
     built: bool = False
 
     @property
     def compiled(self) -> bool:
-        return self.name != "eager"
+        return bool(self.isas)
+
+    @property
+    def isa(self) -> str:
+        """The instruction set a product runs by default: the best of ``isas``."""
+        if not self.isas:
+            raise ValueError(f"the panel kernel cannot run here: {self.reason}")
+        return self.isas[-1]
+
+    @property
+    def name(self) -> str:
+        """"panel-avx512", "panel-avx2" or "eager"."""
+        return f"panel-{self.isa}" if self.compiled else "eager"
 
 
 def _build_directory() -> Path:
@@ -63,7 +92,7 @@ def _build_directory() -> Path:
     return Path(root) / tag
 
 
-def _compile() -> KernelStatus:
+def _compile(highest: str) -> KernelStatus:
     from torch.utils import cpp_extension
 
     ninja = Path(sys.executable).parent / "ninja"
@@ -75,28 +104,31 @@ def _compile() -> KernelStatus:
     start = time.perf_counter()
     cpp_extension.load("draftverify_panel_mm", [str(SOURCE)], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
                        build_directory=str(directory), is_python_module=False)
-    return KernelStatus("panel-avx2", load_seconds=time.perf_counter() - start, built=built)
+    seconds = time.perf_counter() - start
+    isas = tuple(isa for isa in torch.ops.draftverify.panel_mm_isas() if ISAS.index(isa) <= ISAS.index(highest))
+    return KernelStatus(isas, load_seconds=seconds, built=built)
 
 
 @cache
 def kernel() -> KernelStatus:
     """Compile or load the panel kernel once per process (module doc); eager with the reason where
-    it cannot run, with a one-line warning unless ``DRAFTVERIFY_KERNEL=eager`` asked for it."""
+    it cannot run, with a one-line warning unless ``DRAFTVERIFY_KERNEL=eager`` asked for it;
+    ``DRAFTVERIFY_KERNEL=panel-avx2`` leaves AVX-512 out of ``isas``."""
     choice = os.environ.get(ENV, "panel")
-    if choice not in ("panel", "eager"):
-        raise ValueError(f"{ENV} must be 'panel' or 'eager', got {choice!r}")
+    if choice not in ("panel", "panel-avx2", "eager"):
+        raise ValueError(f"{ENV} must be 'panel', 'panel-avx2' or 'eager', got {choice!r}")
     if choice == "eager":
-        return KernelStatus("eager", f"{ENV}=eager")
+        return KernelStatus(reason=f"{ENV}=eager")
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         reason = f"this CPU has no AVX2/FMA ({torch.backends.cpu.get_cpu_capability()})"
     else:
         try:
-            return _compile()
+            return _compile("avx2" if choice == "panel-avx2" else ISAS[-1])
         except Exception as error:  # no compiler, no headers, a failed build: fall back, and say why
             lines = str(error).strip().splitlines()
             reason = f"build failed: {lines[-1] if lines else type(error).__name__}"
     warnings.warn(f"panel matrix kernel unavailable ({reason}); linear layers run torch's kernels", stacklevel=2)
-    return KernelStatus("eager", reason)
+    return KernelStatus(reason=reason)
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,9 +152,14 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 class PanelLinear:
     """``x @ weight + bias`` for x [M, in] through the panel kernel; weight [in, out] packed at
-    construction (``quantize="int8"``: its int8 form); wrap again if the weights change."""
+    construction (``quantize="int8"``: its int8 form), run in instruction set ``isa`` (of
+    ``kernel().isas``; default the best); wrap again if the weights change."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, quantize: str | None = None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, quantize: str | None = None,
+                 isa: str | None = None):
+        self.isa = kernel().isa if isa is None else isa
+        if self.isa not in kernel().isas:
+            raise ValueError(f"isa must be one of {kernel().isas} here, got {isa!r}")
         with torch.no_grad():
             self.out_features = weight.shape[1]
             if quantize == "int8":
@@ -142,4 +179,4 @@ class PanelLinear:
         return self.panels.numel() * self.panels.element_size() + scales
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, in] -> [M, out]
-        return torch.ops.draftverify.panel_mm(x, self.panels, self.scales, self.bias, self.out_features)
+        return torch.ops.draftverify.panel_mm(x, self.panels, self.scales, self.bias, self.out_features, self.isa)

@@ -28,13 +28,18 @@ def panel_mm(
     shape: Annotated[list[str], typer.Option(metavar="KxN...", help="Weight shapes [in, out].")] = SHAPES,
     rows: Annotated[list[int], typer.Option(min=1, metavar="M...", help="Row counts; the first is r's base.")] = [1, 2, 5, 9, 17, 32],
     megabytes: Annotated[int, typer.Option(min=1, help="Total size of the cycled weights per shape (MiB).")] = 400,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed rounds (their median is reported).")] = 7,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed rounds.")] = 7,
+    statistic: Annotated[str, typer.Option(help="Of the rounds: median, or min (the least disturbed on a loaded machine).")] = "median",
+    clock: Annotated[str, typer.Option(help="wall, or cpu: the thread's CPU time (one thread; leaves out time other processes hold the core).")] = "wall",
     threads: Annotated[int, typer.Option(min=1, help="Torch threads.")] = 1,
     json: JsonFile = None,
 ) -> int:
     """Microseconds per small-row product over out-of-cache weights: the panel kernel against torch, oneDNN, numpy."""
     from ...bench import panel_mm as bench
 
+    if statistic not in bench.STATISTICS:
+        raise ValueError(f"--statistic must be one of {sorted(bench.STATISTICS)}, got {statistic!r}")
+    bench.check_clock(clock, threads)
     settings = settings_of(ctx, bench.PanelMmSettings, shape=tuple(_shape(s) for s in shape))
     with progress_bar(ctx) as progress:
         return bench.run(settings, progress)
