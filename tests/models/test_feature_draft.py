@@ -20,14 +20,17 @@ VOCAB = 11
 SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
 
 
-def pair(vocab: int = VOCAB, subset: torch.Tensor = SUBSET, seed: int = 0) -> tuple[TransformersModel, FeatureDraft]:
+def pair(vocab: int = VOCAB, subset: torch.Tensor = SUBSET, seed: int = 0,
+         quantize: str | None = None) -> tuple[TransformersModel, FeatureDraft]:
+    """A tiny Llama target and a random feature draft for it (float32 by default: compared with the
+    head's own forward; the shipped default is int8)."""
     target = TransformersModel(tiny_causal_lm(vocab, arch="llama", dtype=torch.float32, seed=seed))
     torch.manual_seed(seed + 1)
     head = FeatureHead(target.model.config, subset)
     with torch.no_grad():
         for parameter in head.parameters():
             parameter.add_(torch.randn_like(parameter))  # far from the default init: every term matters
-    return target, FeatureDraft(head, target)
+    return target, FeatureDraft(head, target, quantize=quantize)
 
 
 def test_the_draft_law_is_zero_outside_the_subset():
@@ -113,7 +116,7 @@ def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, v
 @pytest.mark.parametrize("method", ["sd", AcceptAll()], ids=["sd", "accept-all"])
 def test_the_engine_with_a_feature_draft_samples_the_targets_law(method):
     vocab, num_tokens, samples = 3, 3, 2000
-    target, draft = pair(vocab, torch.tensor([0, 2]), seed=4)
+    target, draft = pair(vocab, torch.tensor([0, 2]), seed=4, quantize="int8")  # the default draft's products
     results = generate_batch(target, draft, [[1]] * samples, method, draft_length=2, max_new_tokens=num_tokens, seed=0)
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
     counts = np.bincount([int(np.dot(r.tokens, weights)) for r in results], minlength=vocab**num_tokens)

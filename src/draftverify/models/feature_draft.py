@@ -121,9 +121,12 @@ class _Backend:
 
 class FeatureDraft(LanguageModel):
     """A :class:`FeatureHead` drafting for ``target`` (module doc); its products through the same
-    kernels as the target's lean forward (``quantize``, ``kernel`` as :meth:`~.gpt2.Linear.of`)."""
+    kernels as the target's lean forward (``quantize``, ``kernel`` as :meth:`~.gpt2.Linear.of`).
+    ``quantize`` is "int8" by default: a draft step then streams a quarter of the weight bytes, and
+    the draft's precision never touches exactness (its law is the int8 head's, which its tokens are
+    drawn from); None keeps float32."""
 
-    def __init__(self, head: FeatureHead, target: TransformersModel, *, quantize: str | None = None,
+    def __init__(self, head: FeatureHead, target: TransformersModel, *, quantize: str | None = "int8",
                  kernel: str | None = None):
         if head.config.hidden_size != target.config.hidden_size:
             raise ValueError(f"feature draft: built for hidden size {head.config.hidden_size}, the target has "
