@@ -105,6 +105,9 @@ def test_greedy_ties_go_to_the_lowest_id_and_need_no_draft_probs():
     target = torch.tensor([[0.4, 0.4, 0.2], [0.1, 0.45, 0.45], [0.2, 0.2, 0.6]], dtype=torch.float64)
     result = verify_batch("greedy", torch.tensor([0, 1]), None, target, torch.tensor([2]))
     assert result.token_lists() == [[0, 1, 2]]
+    per_row = get_verifier("greedy").verify(torch.tensor([[0, 1]]), torch.full((1, 2, 3), 1 / 3, dtype=torch.float64),
+                                            target[None], generator=torch.Generator())
+    assert per_row.tokens == [0, 1, 2] and per_row.num_accepted == 2
 
 
 # -- bit for bit against the per-row verifiers ---------------------------------------------------

@@ -170,10 +170,17 @@ class GreedyMatch(Verifier):
     deterministic = True
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
-        length = draft_tokens.shape[1]  # the kernel on one row: it draws nothing, enumeration has no branch to replay
-        out = self.kernel(draft_tokens[0], None, target_probs[0], torch.tensor([length]), None, length)
-        n = int(out.num_accepted[0])
-        return VerifyResult(tokens=out.output_tokens[0, : n + 1].tolist(), num_accepted=n, draft_index=0, state=None)
+        """The algorithm box on one row (the :meth:`kernel` does the same on a batch; the batched
+        tests hold them equal bit for bit): accept x_i while it is argmax T(. | x^{i-1}), then the
+        argmax at the first mismatch or after the draft. It reads the target's rows only up to the
+        first mismatch: a mismatch at the first token costs one argmax, not L + 1."""
+        tokens = []
+        for i, drafted in enumerate(draft_tokens[0].tolist() + [None]):
+            best = int(target_probs[0, i].argmax())
+            tokens.append(best)
+            if best != drafted:
+                break
+        return VerifyResult(tokens=tokens, num_accepted=len(tokens) - 1, draft_index=0, state=None)
 
     def kernel(self, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens, uniforms, max_draft_len):
         """Every row of a batch: accept while x_i = argmax T(. | x^{i-1}); the extra token is the
