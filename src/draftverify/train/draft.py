@@ -126,21 +126,14 @@ def distill_draft(draft, rows, config: DraftConfig, workdir: Path, log: Callable
     workdir.mkdir(parents=True, exist_ok=True)
     checkpoint = workdir / "checkpoint.pt"
     optimizer = torch.optim.AdamW(draft.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    step = 0
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
-        draft.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
-        log(f"resumed at step {step}")
+    step = resume(checkpoint, draft, optimizer, log)
     draft.train()
     figures: dict = {}
     began = time.time()
     while step < config.steps and (deadline is None or time.time() < deadline):
         order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)
         tokens, where, top_ids, top_probs = _batch(rows, order.tolist())
-        factor = min(1.0, (step + 1) / config.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / config.steps)))
-        for group in optimizer.param_groups:
-            group["lr"] = config.lr * factor
+        set_learning_rate(optimizer, config.lr, step, config.warmup, config.steps)
         hidden = draft.model(input_ids=tokens).last_hidden_state  # [B, S, hidden]
         logits = draft.lm_head(hidden[where[:, 0], where[:, 1]])  # [N, V]: answer positions only
         cross_entropy, variation = bucket_losses(logits, top_ids, top_probs)
@@ -154,14 +147,33 @@ def distill_draft(draft, rows, config: DraftConfig, workdir: Path, log: Callable
         if step % 5 == 0:
             log(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
         if step % config.checkpoint_every == 0:
-            _save(checkpoint, draft, optimizer, step, config)
-    _save(checkpoint, draft, optimizer, step, config)
+            save_checkpoint(checkpoint, draft, optimizer, step, config)
+    save_checkpoint(checkpoint, draft, optimizer, step, config)
     draft.eval()
     return figures
 
 
-def _save(checkpoint: Path, draft, optimizer, step: int, config: DraftConfig) -> None:
+def resume(checkpoint: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, log: Callable[[str], None]) -> int:
+    """Load ``model`` and ``optimizer`` from ``checkpoint`` when it exists; the step to go on from."""
+    if not checkpoint.exists():
+        return 0
+    state = torch.load(checkpoint, weights_only=False)
+    model.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"])
+    log(f"resumed at step {state['step']}")
+    return state["step"]
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float, step: int, warmup: int, steps: int) -> None:
+    """Linear warmup over ``warmup`` steps, then a cosine from ``lr`` to 0.1 ``lr`` at ``steps``."""
+    factor = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+    for group in optimizer.param_groups:
+        group["lr"] = lr * factor
+
+
+def save_checkpoint(checkpoint: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+                    config: object) -> None:
+    """Model, optimizer, step and the settings dataclass ``config``, written atomically."""
     partial = checkpoint.with_suffix(".partial")
-    torch.save({"model": draft.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                 "config": asdict(config)}, partial)
     partial.replace(checkpoint)

@@ -18,9 +18,8 @@ draft has only what it gives the teacher's other tokens (its probability there i
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.feature_draft import FeatureHead
-from .draft import bucket_losses, load_shards
+from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate
 
 __all__ = ["FeatureDraftConfig", "extract_features", "frequent_tokens", "load_feature_rows", "train_feature_head"]
 
@@ -146,12 +145,7 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
     workdir.mkdir(parents=True, exist_ok=True)
     checkpoint = workdir / "checkpoint.pt"
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    step = 0
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
-        head.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
-        log(f"resumed at step {step}")
+    step = resume(checkpoint, head, optimizer, log)
     embedding = target.get_input_embeddings().weight.detach().float()  # [V, E]
     vocab_index = torch.full((embedding.shape[0],), len(head.vocab), dtype=torch.int64)  # token -> subset column
     vocab_index[head.vocab] = torch.arange(len(head.vocab))
@@ -162,9 +156,7 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
     while step < config.steps and (deadline is None or time.time() < deadline):
         order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)
         embedded, features, valid, where, top_ids, top_probs = _batch(rows, order.tolist(), embedding, vocab_index)
-        factor = min(1.0, (step + 1) / config.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / config.steps)))
-        for group in optimizer.param_groups:
-            group["lr"] = config.lr * factor
+        set_learning_rate(optimizer, config.lr, step, config.warmup, config.steps)
         previous = F.pad(features[:, :-1], (0, 0, 1, 0))  # [B, S, E]: f_{j-1}, f_{-1} = 0
         previous = previous + config.noise * scale * torch.randn_like(previous)
         predicted = head(embedded, previous)  # [B, S, E]
@@ -183,14 +175,7 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
         if step % 5 == 0:
             log(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
         if step % config.checkpoint_every == 0:
-            _save(checkpoint, head, optimizer, step, config)
-    _save(checkpoint, head, optimizer, step, config)
+            save_checkpoint(checkpoint, head, optimizer, step, config)
+    save_checkpoint(checkpoint, head, optimizer, step, config)
     head.eval()
     return figures
-
-
-def _save(checkpoint: Path, head: FeatureHead, optimizer, step: int, config: FeatureDraftConfig) -> None:
-    partial = checkpoint.with_suffix(".partial")
-    torch.save({"model": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                "config": asdict(config)}, partial)
-    partial.replace(checkpoint)
