@@ -76,7 +76,7 @@ def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, t
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1)
+    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, unroll=2)
     record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
                          teacher=teacher, draft=config, log=lambda _: None)
     assert record["last_step"]["step"] == 2

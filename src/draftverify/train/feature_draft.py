@@ -13,7 +13,12 @@ target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, plu
 
 the last two against the teacher's top-k as :func:`.draft.bucket_losses` defines them, with the
 draft's law over its token subset: teacher tokens outside the subset join the rest bucket, where the
-draft has only what it gives the teacher's other tokens (its probability there is zero).
+draft has only what it gives the teacher's other tokens (its probability there is zero). With
+``unroll`` = 2 a second pass reads the first pass's own features f^_{j-1} instead of the target's,
+as every drafted position after the first does while decoding (a simple form of EAGLE-3's
+training-time test, Li et al. 2025: here every position of the second pass reads its own, which is
+harsher than decoding, where the earlier positions hold the target's), and the loss is the mean of
+the passes.
 """
 
 from __future__ import annotations
@@ -44,12 +49,13 @@ class FeatureDraftConfig:
     steps: int = 3000
     noise: float = 0.1
     regression: float = 1.0
+    unroll: int = 1
     seed: int = 0
     checkpoint_every: int = 25
 
     def __post_init__(self) -> None:
-        if min(self.vocab, self.batch_size, self.steps, self.checkpoint_every) < 1 or not self.lr > 0:
-            raise ValueError("vocab, batch_size, steps, checkpoint_every and lr must be positive")
+        if min(self.vocab, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 or not self.lr > 0:
+            raise ValueError("vocab, batch_size, steps, checkpoint_every, unroll and lr must be positive")
 
 
 @torch.no_grad()
@@ -159,13 +165,16 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
         set_learning_rate(optimizer, config.lr, step, config.warmup, config.steps)
         previous = F.pad(features[:, :-1], (0, 0, 1, 0))  # [B, S, E]: f_{j-1}, f_{-1} = 0
         previous = previous + config.noise * scale * torch.randn_like(previous)
-        predicted = head(embedded, previous)  # [B, S, E]
-        regression = F.smooth_l1_loss(predicted[valid], features[valid])
-        subset = head.head(predicted[where[:, 0], where[:, 1]])  # [N, N_vocab]
-        logits = torch.cat([subset, torch.full((len(subset), 1), -1e4)], 1)  # the extra column: outside the subset
         kept = top_probs * (top_ids < len(head.vocab))  # teacher mass outside the subset goes to the rest bucket
-        cross_entropy, variation = bucket_losses(logits, top_ids, kept)
-        optimizer.zero_grad(set_to_none=True)
+        regression = cross_entropy = variation = 0.0
+        for _ in range(config.unroll):  # pass 2 reads the draft's own features of pass 1, as later drafted positions do
+            predicted = head(embedded, previous)  # [B, S, E]
+            subset = head.head(predicted[where[:, 0], where[:, 1]])  # [N, N_vocab]
+            logits = torch.cat([subset, torch.full((len(subset), 1), -1e4)], 1)  # the extra column: outside the subset
+            losses = bucket_losses(logits, top_ids, kept)
+            regression = regression + F.smooth_l1_loss(predicted[valid], features[valid]) / config.unroll
+            cross_entropy, variation = cross_entropy + losses[0] / config.unroll, variation + losses[1] / config.unroll
+            previous = F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0))
         (config.regression * regression + cross_entropy + variation).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
