@@ -132,7 +132,7 @@ class FeatureDraft(LanguageModel):
             raise ValueError(f"feature draft: built for hidden size {head.config.hidden_size}, the target has "
                              f"{target.config.hidden_size}")
         target.keep_features()
-        self.target, self.head_module = target, head.eval()
+        self.head_module = head.eval()
         self.vocab_size, self.eos_token_id, self.max_length = target.vocab_size, target.eos_token_id, target.max_length
         self.tokenizer = target.tokenizer
         config = head.config
@@ -211,8 +211,7 @@ class FeatureDraft(LanguageModel):
     def crop(self, cache: Cache, lengths: torch.Tensor | list[int]) -> None:
         """As :meth:`LanguageModel.crop`, and further to the slots computed from the target's features."""
         lengths = lengths if isinstance(lengths, list) else torch.as_tensor(lengths).tolist()
-        keep = [min(int(n), e) for n, e in zip(lengths, cache.backend.exact)] if len(lengths) == cache.batch_size else lengths
-        super().crop(cache, keep)
+        super().crop(cache, [min(n, e) for n, e in zip(lengths, cache.backend.exact)])
         cache.backend.exact = [min(e, h) for e, h in zip(cache.backend.exact, cache.held)]
 
     def _reindex(self, cache: Cache, rows: torch.Tensor) -> None:

@@ -134,8 +134,7 @@ class TransformersModel(LanguageModel):
     def keep_features(self) -> None:
         """From now on every new cache keeps, at each slot, the final hidden state (after the final
         norm) the forward computed there, ``cache.backend.features`` [B, T, E]: what a feature draft
-        (:mod:`.feature_draft`) reads. Lean
-        Llama forwards with the static cache only."""
+        (:mod:`.feature_draft`) reads. Lean Llama forwards with the static cache only."""
         if not (self._static and isinstance(self._lean, LlamaWeights)):
             raise ValueError(f"{type(self.model).__name__}: only a Llama model on the static KV cache can keep its "
                              "hidden states for a feature draft")

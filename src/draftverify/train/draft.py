@@ -27,7 +27,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["DraftConfig", "distill_draft", "draft_model", "load_shards"]
+__all__ = ["DraftConfig", "distill_draft", "draft_model", "load_shards", "resume", "save_checkpoint", "set_learning_rate",
+           "teacher_batch"]
 
 
 @dataclass(frozen=True)
@@ -90,14 +91,15 @@ def load_shards(folder: Path, pattern: str = "shard-*.npz") -> list[tuple[np.nda
     return rows
 
 
-def _batch(rows, indices):
-    """Right-padded tokens [B, S], the draft positions that predict answer tokens, and the teacher's
-    top-k at those positions [N, k]."""
+def teacher_batch(rows, indices: list[int]):
+    """Rows ``indices`` of :func:`load_shards` rows (or rows that extend them): right-padded tokens
+    [B, S], the positions (b, j) that predict answer tokens [N, 2], and the teacher's top-k ids and
+    probabilities at those positions [N, k]."""
     width = max(len(rows[i][0]) for i in indices)
     tokens = torch.zeros(len(indices), width, dtype=torch.int64)
     where, ids, probs = [], [], []
     for b, i in enumerate(indices):
-        seq, start, top_ids, top_probs = rows[i]
+        seq, start, top_ids, top_probs = rows[i][:4]
         tokens[b, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
         positions = torch.arange(start - 1, start - 1 + len(top_ids))  # the position before each answer token
         where.append(torch.stack([torch.full_like(positions, b), positions], 1))
@@ -132,7 +134,7 @@ def distill_draft(draft, rows, config: DraftConfig, workdir: Path, log: Callable
     began = time.time()
     while step < config.steps and (deadline is None or time.time() < deadline):
         order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)
-        tokens, where, top_ids, top_probs = _batch(rows, order.tolist())
+        tokens, where, top_ids, top_probs = teacher_batch(rows, order.tolist())
         set_learning_rate(optimizer, config.lr, step, config.warmup, config.steps)
         hidden = draft.model(input_ids=tokens).last_hidden_state  # [B, S, hidden]
         logits = draft.lm_head(hidden[where[:, 0], where[:, 1]])  # [N, V]: answer positions only

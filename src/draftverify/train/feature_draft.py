@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.feature_draft import FeatureHead
-from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate
+from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
 __all__ = ["FeatureDraftConfig", "extract_features", "frequent_tokens", "load_feature_rows", "train_feature_head"]
 
@@ -85,18 +85,13 @@ def load_feature_rows(folder: Path) -> list[tuple[np.ndarray, int, np.ndarray, n
     top ids [A, k], top probabilities [A, k], features [S, E] float16)."""
     rows = []
     for path in sorted(Path(folder).glob("features-*.npy")):
-        shard = load_shards_file(path.with_name(path.name.replace("features-", "shard-").replace(".npy", ".npz")))
+        shard = load_shards(path.parent, pattern=path.name.replace("features-", "shard-").replace(".npy", ".npz"))
         features = np.load(path, mmap_mode="r")
         rows.extend((seq, start, ids, probs, np.asarray(features[i, : len(seq)]))
                     for i, (seq, start, ids, probs) in enumerate(shard))
     if not rows:
         raise FileNotFoundError(f"{folder}: no teacher shards with features (run extract_features first)")
     return rows
-
-
-def load_shards_file(path: Path):
-    """The rows of one teacher shard, as :func:`.draft.load_shards` reads a folder of them."""
-    return load_shards(path.parent, pattern=path.name)
 
 
 def frequent_tokens(rows, size: int, vocab_size: int) -> torch.Tensor:
@@ -127,21 +122,13 @@ def _batch(rows, indices, embedding: torch.Tensor, vocab_index: torch.Tensor):
     """Embedded tokens [B, S, E], target features [B, S, E], valid positions [B, S], the answer
     positions (b, j) [N, 2], and the teacher's top-k there mapped to subset columns [N, k] (a token
     outside the subset maps to the extra column N_vocab) with its probabilities [N, k]."""
-    width = max(len(rows[i][0]) for i in indices)
-    tokens = torch.zeros(len(indices), width, dtype=torch.int64)
-    features = torch.zeros(len(indices), width, embedding.shape[1])
-    valid = torch.zeros(len(indices), width, dtype=torch.bool)
-    where, ids, probs = [], [], []
+    tokens, where, ids, probs = teacher_batch(rows, indices)  # [B, S], [N, 2], [N, k], [N, k]
+    lengths = torch.tensor([len(rows[i][0]) for i in indices])
+    valid = torch.arange(tokens.shape[1])[None] < lengths[:, None]  # [B, S]
+    features = torch.zeros(*tokens.shape, embedding.shape[1])
     for b, i in enumerate(indices):
-        seq, start, top_ids, top_probs, feats = rows[i]
-        tokens[b, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
-        features[b, : len(seq)] = torch.from_numpy(feats.astype(np.float32))
-        valid[b, : len(seq)] = True
-        positions = torch.arange(start - 1, start - 1 + len(top_ids))  # the position before each answer token
-        where.append(torch.stack([torch.full_like(positions, b), positions], 1))
-        ids.append(torch.from_numpy(top_ids.astype(np.int64)))
-        probs.append(torch.from_numpy(top_probs))
-    return embedding[tokens], features, valid, torch.cat(where), vocab_index[torch.cat(ids)], torch.cat(probs)
+        features[b, : lengths[b]] = torch.from_numpy(rows[i][4].astype(np.float32))
+    return embedding[tokens], features, valid, where, vocab_index[ids], probs
 
 
 def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConfig, workdir: Path,
