@@ -51,7 +51,6 @@ _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", 
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
 BATCH_SPECS = (AR, "sd")
-SAME_PAIR = "assistant"  # our methods with the draft of transformers' assisted generation (when it is not the pair's)
 
 __all__ = ["SpeedSettings", "assisted", "batch_speed", "hf_generate", "run"]
 
@@ -188,10 +187,11 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     target, drafts, tokenizer = load_models(args.models)
-    assistant = drafts.pop("assistant", drafts["draft"])  # the draft transformers' assisted generation runs
-    if assistant is not drafts["draft"]:  # our sd on the pair transformers runs, for the same-pair comparison
-        drafts[SAME_PAIR] = assistant
-    specs = list(SPECS) + ([f"sd@{SAME_PAIR}"] if SAME_PAIR in drafts else [])
+    assistant = drafts.get("assistant", drafts["draft"])  # the draft transformers' assisted generation runs
+    if assistant is drafts["draft"]:  # the pair's own draft: no second run of our methods on it
+        drafts.pop("assistant", None)
+    # sd@assistant: our sd on the pair transformers runs, for the same-pair comparison
+    specs = list(SPECS) + (["sd@assistant"] if "assistant" in drafts else [])
     if args.multi > 1 and "kseq" in {info.name for info in verifiers()}:
         specs += [f"kseq(K={args.multi})", f"kseq(K={args.multi})@ngram"]
     specs = [s for s in specs if s.partition("@")[2] in ("", *drafts)]
@@ -302,7 +302,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
-                   engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed.get(f"sd@{SAME_PAIR}", speed["sd"]) / speed[ASSISTED],
+                   engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed.get("sd@assistant", speed["sd"]) / speed[ASSISTED],
                    ar_vs_generate=speed[AR] / speed[GENERATE]),
     )
 
