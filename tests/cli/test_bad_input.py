@@ -55,6 +55,9 @@ CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_prob
          ["exclude every length"]),
         (["generate", "x", "--method", "sprinter", "--draft-length", "auto"], "generate", ["sprinter", "draft"]),
         (["check", "sd", "--draft-length", "heuristic", "--max-draft-length", "0"], "check", ["--max-draft-length"]),
+        (["generate", "x", "--quantize", "int4"], "generate", ["--quantize", "int4"]),
+        (["bench", "speed", "--quantize", "fp16"], "bench speed", ["--quantize", "fp16"]),
+        (["tune", "--quantize", "int4"], "tune", ["--quantize", "int4"]),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag_and_exit_code_2(capsys, tmp_path, argv, command, flags):

@@ -35,6 +35,15 @@ def test_paths_load_and_decode(folders):
     assert len(result.tokens) <= 8 and isinstance(result.text, str)
 
 
+def test_quantize_int8_makes_the_target_stream_a_quarter_of_the_bytes(folders):
+    full, int8 = (load_pair(folders / "target", folders / "draft", quantize=q).target for q in (None, "int8"))
+    assert int8.product_bytes < 0.3 * full.product_bytes
+    prompt = torch.tensor([full.tokenizer.encode("def f(")])
+    logits = [model.forward(model.new_cache(1), prompt, None, 1) for model in (full, int8)]
+    assert not torch.equal(*logits)  # the int8 model's law, close to the float32 one
+    torch.testing.assert_close(*logits, atol=0.05, rtol=0)
+
+
 def test_embedded_layout_and_ngram_draft(folders, monkeypatch):
     monkeypatch.setattr(pair_module, "ASSETS", folders)
     pair = load_pair("tiny", draft="ngram")

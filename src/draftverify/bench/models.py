@@ -18,18 +18,22 @@ class ModelSettings:
     """Which target and drafts to load: ``target`` / ``draft`` folders (None: the embedded pair),
     ``ngram`` the n-gram drafter's folder (None: the pair's), ``drafts`` the kinds to load (of
     :data:`DRAFT_KINDS`), ``tiny`` random tiny models instead of the pair (a smoke run; its one
-    draft kind is "draft")."""
+    draft kind is "draft"), ``quantize`` the target's weights (None or "int8", as
+    :func:`~draftverify.models.pair.load_pair`)."""
 
     target: str | None = None
     draft: str | None = None
     ngram: str | None = None
     drafts: tuple[str, ...] = ("draft",)
     tiny: bool = False
+    quantize: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [kind for kind in self.drafts if kind not in DRAFT_KINDS]
         if unknown or not self.drafts:
             raise ValueError(f"drafts: expected kinds among {', '.join(DRAFT_KINDS)}, got {', '.join(self.drafts) or 'none'}")
+        if self.quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be None or 'int8', got {self.quantize!r}")
         if self.tiny and "ngram" in self.drafts:
             raise ValueError("drafts: the tiny models have no n-gram drafter (drop ngram or --tiny)")
 
@@ -42,12 +46,13 @@ def load_models(settings: ModelSettings) -> tuple[Any, dict[str, Any], Any]:
 
         tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_ .,:()[]=+-*/<>\"'#\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
         size = len(tokenizer)
-        target = TransformersModel(tiny_causal_lm(size, width=64, layers=2, dtype=torch.float32, max_positions=4096), tokenizer)
+        target = TransformersModel(tiny_causal_lm(size, width=64, layers=2, dtype=torch.float32, max_positions=4096),
+                                   tokenizer, quantize=settings.quantize)
         draft = TransformersModel(tiny_causal_lm(size, width=16, layers=1, seed=1, dtype=torch.float32, max_positions=4096))
         return target, {"draft": draft}, tokenizer
     from ..models.pair import load_assistant, load_ngram_draft, load_pair
 
-    pair = load_pair(settings.target, settings.draft)
+    pair = load_pair(settings.target, settings.draft, quantize=settings.quantize)
     drafts = {}
     if "draft" in settings.drafts:
         drafts["draft"] = pair.draft

@@ -60,7 +60,8 @@ class SpeedSettings:
     """What ``draftverify bench speed`` measures, as its flags of the same names give it (the defaults
     are the command's): ``num_prompts`` HumanEval prompts, ``max_new_tokens`` each, at one
     ``temperature`` and ``draft_length``; ``multi`` the K of the kseq rows (0: none), ``batch`` the
-    prompts of the batch rows (0: none); ``threads`` 0: torch's choice. The models: see :attr:`models`."""
+    prompts of the batch rows (0: none); ``threads`` 0: torch's choice; ``quantize`` "int8" runs our target with weight-only int8 products
+(transformers' rows keep its float32 model). The models: see :attr:`models`."""
 
     num_prompts: int = 8
     max_new_tokens: int = 128
@@ -75,6 +76,7 @@ class SpeedSettings:
     tiny: bool = False
     threads: int = 1
     batch: int = 8
+    quantize: str | None = None
     json: str | None = None
 
     def __post_init__(self) -> None:
@@ -88,7 +90,8 @@ class SpeedSettings:
         kinds = ("draft",) if self.tiny else ("draft", "assistant")
         if not (self.no_ngram or self.tiny) and (self.ngram is not None or self.target == "tiny"):
             kinds += ("ngram",)
-        return ModelSettings(target=self.target, draft=self.draft, ngram=self.ngram, tiny=self.tiny, drafts=kinds)
+        return ModelSettings(target=self.target, draft=self.draft, ngram=self.ngram, tiny=self.tiny, drafts=kinds,
+                             quantize=self.quantize)
 
 
 @contextmanager
@@ -297,7 +300,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
     return dict(
         command=command_line("speed", args, leave_out=("json",)),
         settings=dict(prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                      draft_length=args.draft_length, multi=args.multi, tiny=args.tiny,
+                      draft_length=args.draft_length, multi=args.multi, tiny=args.tiny, quantize=args.quantize,
                       threads=torch.get_num_threads()),
         target_seconds_per_call_ar=target_call,
         methods=rows,

@@ -11,7 +11,7 @@ import typer
 from ..engine.config import GREEDY  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
 from ..verify import MethodSpec, parse_method, typed_options
 
-__all__ = ["GREEDY", "DraftFolder", "DraftLength", "JsonFile", "LengthBound", "OptionItems", "Seed", "TargetFolder",
+__all__ = ["GREEDY", "DraftFolder", "DraftLength", "JsonFile", "LengthBound", "OptionItems", "Quantize", "Seed", "TargetFolder",
            "draft_length_from_args", "method_from_args"]
 
 
@@ -20,6 +20,15 @@ OptionItems = Annotated[list[str], typer.Option(
     metavar="KEY=VALUE", show_default=False,
     help="A verifier option, as inside the method's parentheses, e.g. --option fraction=0.5 (repeatable).")]
 TargetFolder = Annotated[str | None, typer.Option(help="Target: 'smollm2' (the default pair), 'tiny' (the embedded 7M pair), a .gguf file or a local transformers folder.", show_default="smollm2")]
+def _int8_or_none(value: str | None) -> str | None:
+    if value not in (None, "int8"):
+        raise typer.BadParameter(f"must be int8 (or left out for float32), got {value}")
+    return value
+
+
+Quantize = Annotated[str | None, typer.Option(
+    metavar="int8", callback=_int8_or_none, help="The target's weights as weight-only int8 (per output channel, quantized once at load): a quarter "
+    "of the bytes per call; the target's law is then the int8 model's.", show_default="float32")]
 DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the named target's own draft")]
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 DraftLength = Annotated[str | None, typer.Option(

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ._command import above, quiet_transformers
-from ._options import DraftLength, LengthBound, OptionItems, Seed, TargetFolder, draft_length_from_args, method_from_args
+from ._options import DraftLength, LengthBound, OptionItems, Quantize, Seed, TargetFolder, draft_length_from_args, method_from_args
 
 __all__ = ["generate"]
 
@@ -42,6 +42,7 @@ def generate(
                                                   "output.", show_default="the target's folder")] = None,
     chat: Annotated[bool | None, typer.Option("--chat/--no-chat", help="Send the prompt as a user message in the "
                                               "tokenizer's chat template.", show_default="on when the tokenizer has one")] = None,
+    quantize: Quantize = None,
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also time plain target sampling and "
                                              "report the speedup.")] = False,
 ) -> int:
@@ -65,7 +66,7 @@ def generate(
     # the method parsed once, above (with --num-drafts, --draft-length, --draft); bad options fail before loading
     config = DecodeConfig(dataclasses.replace(method_spec, draft=None), draft_length=policy, temperature=temperature,
                           **settings)
-    pair = load_pair(target, method_spec.draft, tokenizer=tokenizer)
+    pair = load_pair(target, method_spec.draft, tokenizer=tokenizer, quantize=quantize)
     chat = has_chat_template(pair.tokenizer) if chat is None else chat  # decided once: encoding and echo agree
     prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
     if not prompt_ids:

@@ -10,7 +10,7 @@ import typer
 
 from ..bench.tune import METHODS
 from ._command import above, quiet_transformers
-from ._options import DraftFolder, JsonFile, Seed, TargetFolder
+from ._options import DraftFolder, JsonFile, Quantize, Seed, TargetFolder
 
 __all__ = ["tune"]
 
@@ -39,6 +39,7 @@ def tune(
     seed: Seed = 0,
     target: TargetFolder = None,
     draft: DraftFolder = None,
+    quantize: Quantize = None,
     plot: Annotated[str | None, typer.Option(metavar="FILE", help="Also draw predicted tokens/s against L (PNG).",
                                              show_default="none")] = None,
     json: JsonFile = None,
@@ -58,10 +59,10 @@ def tune(
     )  # bad settings fail before loading
     texts = load_prompts(prompts, field=field, limit=num_prompts)
     torch.set_num_threads(threads)
-    pair = load_pair(target, draft)
+    pair = load_pair(target, draft, quantize=quantize)
     report = bench.tune(pair.target, pair.draft, [pair.tokenizer.encode(t) for t in texts], settings,
                         verify=verify_top if verify else 0)
-    report["settings"].update(prompts=prompts, num_prompts=len(texts), target=target, draft=draft)
+    report["settings"].update(prompts=prompts, num_prompts=len(texts), target=target, draft=draft, quantize=quantize)
     emit_json(report, json)
     if plot:
         bench.plot(report, Path(plot))

@@ -60,7 +60,7 @@ def _embedded(part: str) -> Path:
 
 
 def load_pair(target: str | Path | None = None, draft: str | Path | None = None, *,
-              tokenizer: str | Path | None = None) -> ModelPair:
+              tokenizer: str | Path | None = None, quantize: str | None = None) -> ModelPair:
     """The target and draft to decode with.
 
     ``target``: ``"smollm2"`` or None (the default pair), ``"tiny"`` (the embedded 7M pair), a
@@ -70,20 +70,22 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     None for the named pair's own draft (a file or folder target needs one named). Models must be
     local paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
-    ``ValueError``.
+    ``ValueError``. ``quantize="int8"``: the target's linear and output layers as weight-only int8
+    (:class:`.hf.TransformersModel`); the target's law is then the int8 model's.
     """
     name = "smollm2" if target is None else str(target)
     if name == "tiny":
-        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=tokenizer or _embedded("tokenizer"))
+        target_model = TransformersModel.from_pretrained(_embedded("target"), tokenizer=tokenizer or _embedded("tokenizer"),
+                                                         quantize=quantize)
         own_draft = _embedded("draft")
     elif name == "smollm2" or name.endswith(".gguf"):
         from .gguf import converted_folder
 
         target_model = TransformersModel.from_pretrained(converted_folder(None if name == "smollm2" else name),
-                                                         tokenizer=tokenizer)
+                                                         tokenizer=tokenizer, quantize=quantize)
         own_draft = SMOLLM2_DRAFT if name == "smollm2" else None
     else:
-        target_model, own_draft = TransformersModel.from_pretrained(target, tokenizer=tokenizer), None
+        target_model, own_draft = TransformersModel.from_pretrained(target, tokenizer=tokenizer, quantize=quantize), None
     if target_model.tokenizer is None:
         raise FileNotFoundError(f"{target}: no tokenizer next to the target model; name its folder with "
                                 f"tokenizer= (generate --tokenizer)")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .._command import settings_of, quiet_transformers
-from .._options import DraftFolder, JsonFile, Seed, TargetFolder
+from .._options import DraftFolder, JsonFile, Quantize, Seed, TargetFolder
 from .._progress import progress_bar
 
 __all__ = ["speed"]
@@ -29,6 +29,7 @@ def speed(
     threads: Annotated[int, typer.Option(min=0, help="Torch threads (1: stable timings on a shared machine; "
                                          "0: torch's choice).")] = 1,
     batch: Annotated[int, typer.Option(min=0, help="Prompts of the batch-decoding rows (ar and sd), 0 to skip them.")] = 8,
+    quantize: Quantize = None,
     json: JsonFile = None,
 ) -> int:
     """Tokens/s of ar, sd, bv and transformers assisted generation on HumanEval prompts."""
