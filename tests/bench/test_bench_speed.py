@@ -58,3 +58,62 @@ def test_compare_prints_completion_and_table():
     assert text.startswith("def f(x):\n") and "tokens/target call" in text
     for spec in ("ar", "sd", "bv"):  # one completion per method, each on its own lines
         assert f"\n# --- {spec} ---\n" in text
+
+
+class _FakeLlama:
+    """What bench.llama_cpp reads of llama_cpp.Llama: reset, set_seed and an endless token generator."""
+
+    made: list[dict] = []
+
+    def __init__(self, **options):
+        self.options, self.resets = options, 0
+        _FakeLlama.made.append(options)
+
+    def reset(self):
+        self.resets += 1
+
+    def set_seed(self, seed):
+        self.seed = seed
+
+    def generate(self, tokens, **sampling):
+        assert self.resets and sampling["top_k"] == 0 and sampling["min_p"] == 0.0 and sampling["top_p"] == 1.0
+        while True:
+            yield 7
+
+
+def test_llama_cpp_rows_when_the_package_is_there(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from draftverify.bench import speed
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=_FakeLlama))
+    monkeypatch.setattr(speed, "llama_cpp_available", lambda: True)
+    settings = speed.SpeedSettings(num_prompts=2, max_new_tokens=5, draft_length=2, multi=0, batch=0, tiny=True)
+    anchor, note = speed._llama_cpp(settings, [[1, 2, 3]])
+    assert anchor is None and "no GGUF" in note  # the tiny models have no GGUF file
+    gguf = tmp_path / "model.gguf"
+    anchor, note = speed._llama_cpp(speed.SpeedSettings(target=str(gguf), max_new_tokens=5), [[1, 2, 3], [4]])
+    assert note == "ran on model.gguf" and _FakeLlama.made[-1]["n_ctx"] == 3 + 5 + 1
+    assert _FakeLlama.made[-1]["n_threads"] == _FakeLlama.made[-1]["n_threads_batch"] == torch.get_num_threads()
+    run = anchor.decode([1, 2, 3], max_new_tokens=5, temperature=0.0, seed=3)
+    assert run["tokens"] == 5 and run["seconds"] > 0 and anchor.model.resets == 1 and anchor.model.seed == 3
+    report = speed._report({"ar": dict(tokens=5, seconds=1.0, target_calls=5, target_seconds=0.9),
+                            "sd": dict(tokens=5, seconds=0.5, target_calls=2, target_seconds=0.4, draft_calls=4,
+                                       draft_seconds=0.05, accepted=3, steps=2, rejections=1, verify_seconds=0.01),
+                            "hf-assisted": dict(tokens=5, seconds=2.0, target_calls=2, target_seconds=1.0),
+                            "hf-generate": dict(tokens=5, seconds=2.5, target_calls=5, target_seconds=2.0),
+                            "llama.cpp": dict(tokens=5, seconds=0.25)}, settings, None)
+    rows = {r["method"]: r for r in report["methods"]}
+    assert rows["llama.cpp"]["vs_ar"] == 4.0 and report["goals"]["best_exact_method"] == "sd"
+    assert report["goals"]["best_exact_vs_llama_cpp"] == 0.5
+
+
+@pytest.mark.skipif(not __import__("draftverify.bench.llama_cpp", fromlist=["available"]).available(),
+                    reason="llama-cpp-python is not installed (an optional extra)")
+def test_llama_cpp_decodes_the_default_gguf():
+    from draftverify.bench.llama_cpp import LlamaCpp
+    from draftverify.models.gguf import smollm2_gguf
+
+    anchor = LlamaCpp(smollm2_gguf(), context=64, threads=1)
+    assert anchor.decode([1, 2, 3], max_new_tokens=6, temperature=1.0, seed=0)["tokens"] == 6

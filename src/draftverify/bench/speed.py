@@ -9,6 +9,8 @@ draft forward / seconds per target forward of ``ar``, and the cost of the method
 (it scores K (L + 1) tokens) relative to that of ``ar``. For assisted generation, forward hooks count
 and time the calls of both models (its acceptance is (tokens per target call - 1) / L); the row
 ``hf-generate`` is ``transformers``' own ``generate`` sampling from the target alone (``ar``'s twin).
+Rows ``llama.cpp`` (sampled at the temperature) and ``llama.cpp-greedy``: llama.cpp on the target's
+GGUF file, when ``llama-cpp-python`` is installed (:mod:`.llama_cpp`; timed as ``ar``).
 
 Engine efficiency: measured tokens/s over the ideal tokens/s of a loop that spends no time outside
 the model calls, seed 002's expected speedup with the measured costs: block efficiency b (tokens per
@@ -20,8 +22,9 @@ draft cost c and target call cost r (one draft), i.e. what the i.i.d. acceptance
 ``step_ms`` splits the mean wall time of one step into draft, target, verify and the rest
 (commit, cache crops, the prefill of the first step). Batch rows (``--batch N``): ``generate_batch``
 on the first N prompts beside N single ``generate`` calls on the same prompts, same seeds.
-Goals (issues 5, 13): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assisted generation;
-``ar`` >= 1.5x ``hf-generate``; engine efficiency >= 0.95; a batch of 8 >= 4x one prompt's tokens/s.
+Goals (issues 5, 13, 27): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assisted generation;
+``ar`` >= 1.5x ``hf-generate``; engine efficiency >= 0.95; a batch of 8 >= 4x one prompt's tokens/s;
+best exact method >= 1.5x ``llama.cpp``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
@@ -39,6 +43,7 @@ from ..theory import speedup
 from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from .compare import run_spec, run_spec_batch
+from .llama_cpp import LlamaCpp, available as llama_cpp_available
 from .models import ModelSettings, load_models
 from .output import command_line, emit_json
 from .progress import track
@@ -50,6 +55,7 @@ SPECS = (AR, "sd", "bv", "sd@ngram", "bv@ngram")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
+LLAMA_CPP, LLAMA_CPP_GREEDY = "llama.cpp", "llama.cpp-greedy"
 BATCH_SPECS = (AR, "sd")
 
 __all__ = ["SpeedSettings", "assisted", "batch_speed", "hf_generate", "run"]
@@ -207,6 +213,10 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     assisted(target, assistant, prompts[0], **{**settings, "max_new_tokens": 4, "seed": 0})
     plain = {k: settings[k] for k in ("max_new_tokens", "temperature")}
     hf_generate(target, prompts[0], **{**plain, "max_new_tokens": 4, "seed": 0})
+    anchor, anchor_note = _llama_cpp(args, prompts)
+    anchors = {} if anchor is None else {LLAMA_CPP: args.temperature, LLAMA_CPP_GREEDY: 0.0}
+    for temperature in anchors.values():
+        anchor.decode(prompts[0], max_new_tokens=4, temperature=temperature, seed=0)
 
     totals: dict[str, dict[str, float]] = {}
     for i, prompt_ids in enumerate(track(progress, prompts, "prompts")):
@@ -219,7 +229,11 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
                  verify_seconds=r.verify_seconds)
         _add(totals, ASSISTED, **assisted(target, assistant, prompt_ids, seed=args.seed + i, **settings))
         _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
+        for name, temperature in anchors.items():
+            _add(totals, name, **anchor.decode(prompt_ids, max_new_tokens=args.max_new_tokens, temperature=temperature,
+                                               seed=args.seed + i))
     report = _report(totals, args, target)
+    report["llama_cpp"] = anchor_note
     if args.batch:
         batch_prompts = [encode_prompt(tokenizer, p) for p in humaneval_prompts(args.batch)]
         report["batch"] = batch_speed(target, drafts, batch_prompts, BATCH_SPECS, args.seed, **ours)
@@ -229,6 +243,20 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     print()
     print(_tables(report, args.batch))
     return 0
+
+
+def _llama_cpp(args: SpeedSettings, prompts: list[list[int]]) -> tuple[LlamaCpp | None, str]:
+    """llama.cpp on the target's GGUF file (the default pair's, or ``--target`` FILE.gguf), or None
+    and why not."""
+    from ..models.gguf import smollm2_gguf
+
+    if args.tiny or not (args.target in (None, "smollm2") or str(args.target).endswith(".gguf")):
+        return None, "left out: the target has no GGUF file"
+    if not llama_cpp_available():
+        return None, "left out: llama-cpp-python is not installed (pip install draftverify[llama])"
+    gguf = smollm2_gguf() if args.target in (None, "smollm2") else Path(args.target)
+    context = max(map(len, prompts)) + args.max_new_tokens + 1
+    return LlamaCpp(gguf, context=context, threads=torch.get_num_threads(), seed=args.seed), f"ran on {gguf.name}"
 
 
 def _tables(report: dict[str, Any], batch: int) -> str:
@@ -252,7 +280,9 @@ def _tables(report: dict[str, Any], batch: int) -> str:
                  f"engine efficiency {goals['engine_efficiency']:.3f} (goal 0.95); sd {goals['sd_vs_assisted']:.2f}x "
                  f"transformers assisted generation (goal 1.5); ar {goals['ar_vs_generate']:.2f}x transformers "
                  f"generate (goal 1.5)" + (f"; sd batch of {batch} {goals['sd_batch_vs_single']:.2f}x single "
-                                           "calls (goal 4.0)" if "sd_batch_vs_single" in goals else ""))
+                                           "calls (goal 4.0)" if "sd_batch_vs_single" in goals else "")
+                 + (f"; best {goals['best_exact_vs_llama_cpp']:.2f}x llama.cpp (goal 1.5)"
+                    if "best_exact_vs_llama_cpp" in goals else f"; llama.cpp {report['llama_cpp']}"))
     return "\n".join(parts)
 
 
@@ -269,6 +299,10 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
     rows = []
     for name, t in totals.items():
         speed = t["tokens"] / t["seconds"]
+        if "target_calls" not in t:  # llama.cpp: tokens and seconds only
+            rows.append(dict(method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3),
+                             tokens_per_second=speed, vs_ar=speed / ar_speed))
+            continue
         per_call = t["tokens"] / t["target_calls"]
         if name == ASSISTED:
             acceptance = (per_call - 1) / args.draft_length  # transformers reports no rejections: per drafted token
@@ -294,9 +328,10 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
                 "other": 1e3 * (t["seconds"] - model_seconds - t["verify_seconds"]) / steps,
                 "total": 1e3 * t["seconds"] / steps},
         ))
-    ours = [r for r in rows if r["method"] not in (AR, ASSISTED, GENERATE)]
+    ours = [r for r in rows if r["method"] not in (AR, ASSISTED, GENERATE, LLAMA_CPP, LLAMA_CPP_GREEDY)]
     best = max(ours, key=lambda r: r["tokens_per_second"])
     speed = {r["method"]: r["tokens_per_second"] for r in rows}
+    anchor = {} if LLAMA_CPP not in speed else {"best_exact_vs_llama_cpp": best["tokens_per_second"] / speed[LLAMA_CPP]}
     return dict(
         command=command_line("speed", args, leave_out=("json",)),
         settings=dict(prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -306,6 +341,6 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
                    engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed.get("sd@assistant", speed["sd"]) / speed[ASSISTED],
-                   ar_vs_generate=speed[AR] / speed[GENERATE]),
+                   ar_vs_generate=speed[AR] / speed[GENERATE], **anchor),
     )
 
