@@ -116,20 +116,23 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
 def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch.Tensor,
                  mask: torch.Tensor | None) -> torch.Tensor:
     """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
-    ``head_dim``) applied to the input states ``x`` [B, S, E]: the states after the last layer."""
+    ``head_dim``) applied to the input states ``x`` [B, S, E]: the states after the last layer.
+    Fewer operations a layer than the model's modules, the same arithmetic: the RMS norms as one
+    fused operation each (``F.rms_norm``, the modules' formula), queries and keys rotated together."""
     rows, size, width = x.shape
     cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]
     grouped = weights.kv_heads != weights.heads
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     for index, (norm1, qkv, o_proj, norm2, gate_up, down) in enumerate(weights.layers):
-        q, k, v = qkv(norm1(x).view(-1, width)).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
-        q = q.view(rows, size, heads, head_dim).transpose(1, 2)  # [B, H, S, D]
-        k = k.view(rows, size, kv_heads, head_dim).transpose(1, 2)  # [B, H_kv, S, D]
-        v = v.view(rows, size, kv_heads, head_dim).transpose(1, 2)
-        k, v = write(index, _rotate(k, cos, sin), v)  # [B, H_kv, T, D]
-        attended = F.scaled_dot_product_attention(_rotate(q, cos, sin), k, v, attn_mask=mask, enable_gqa=grouped)
+        h = F.rms_norm(x, (width,), norm1.weight, norm1.variance_epsilon).view(-1, width)  # [B S, E], as norm1(x)
+        qk, v = qkv(h).split([(heads + kv_heads) * head_dim, kv_heads * head_dim], -1)
+        qk = _rotate(qk.view(rows, size, heads + kv_heads, head_dim).transpose(1, 2), cos, sin)  # [B, H + H_kv, S, D]
+        v = v.view(rows, size, kv_heads, head_dim).transpose(1, 2)  # [B, H_kv, S, D]
+        k, v = write(index, qk[:, heads:], v)  # [B, H_kv, T, D]
+        attended = F.scaled_dot_product_attention(qk[:, :heads], k, v, attn_mask=mask, enable_gqa=grouped)
         x = x + o_proj(attended.transpose(1, 2).reshape(rows * size, -1)).view(rows, size, width)
-        gate, up = gate_up(norm2(x).view(-1, width)).chunk(2, -1)  # [B S, I] each
+        h = F.rms_norm(x, (width,), norm2.weight, norm2.variance_epsilon).view(-1, width)
+        gate, up = gate_up(h).chunk(2, -1)  # [B S, I] each
         x = x + down(F.silu(gate) * up).view(rows, size, width)
     return x
