@@ -36,6 +36,7 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     assert split["draft"] + split["target"] + split["verify"] + split["other"] == pytest.approx(split["total"])
     assert split["draft"] + split["target"] == pytest.approx(sd["engine_efficiency"] * split["total"])
     assert rows["hf-generate"]["step_ms"] is None and rows["hf-generate"]["predicted_vs_ar"] is None
+    assert rows["ar"]["decode_vs_ar"] == 1.0 and rows["sd"]["decode_tokens_per_second"] > 0
     assert report["goals"]["ar_vs_generate"] == rows["ar"]["tokens_per_second"] / rows["hf-generate"]["tokens_per_second"]
     batch = {r["method"]: r for r in report["batch"]}
     assert set(batch) == {"ar", "sd"} and batch["sd"]["prompts"] == 2
@@ -98,14 +99,22 @@ def test_llama_cpp_rows_when_the_package_is_there(monkeypatch, tmp_path):
     assert _FakeLlama.made[-1]["n_threads"] == _FakeLlama.made[-1]["n_threads_batch"] == torch.get_num_threads()
     run = anchor.decode([1, 2, 3], max_new_tokens=5, temperature=0.0, seed=3)
     assert run["tokens"] == 5 and run["seconds"] > 0 and anchor.model.resets == 1 and anchor.model.seed == 3
-    report = speed._report({"ar": dict(tokens=5, seconds=1.0, target_calls=5, target_seconds=0.9),
+    assert run["first_tokens"] == 1 and 0 < run["first_seconds"] <= run["seconds"]
+    first = dict(first_tokens=1, first_seconds=0.2)
+    report = speed._report({"ar": dict(tokens=5, seconds=1.0, target_calls=5, target_seconds=0.9, **first),
                             "sd": dict(tokens=5, seconds=0.5, target_calls=2, target_seconds=0.4, draft_calls=4,
-                                       draft_seconds=0.05, accepted=3, steps=2, rejections=1, verify_seconds=0.01),
+                                       draft_seconds=0.05, accepted=3, steps=2, rejections=1, verify_seconds=0.01,
+                                       **first),
                             "hf-assisted": dict(tokens=5, seconds=2.0, target_calls=2, target_seconds=1.0),
                             "hf-generate": dict(tokens=5, seconds=2.5, target_calls=5, target_seconds=2.0),
-                            "llama.cpp": dict(tokens=5, seconds=0.25)}, settings, None)
+                            "llama.cpp": dict(tokens=5, seconds=0.25, first_tokens=1, first_seconds=0.05)},
+                           settings, None)
     rows = {r["method"]: r for r in report["methods"]}
     assert rows["llama.cpp"]["vs_ar"] == 4.0 and report["goals"]["best_exact_method"] == "sd"
+    # decode only: (5 - 1) tokens in 1.0 - 0.2 s for ar, 0.5 - 0.2 s for sd, 0.25 - 0.05 s for llama.cpp
+    assert rows["sd"]["decode_vs_ar"] == pytest.approx((4 / 0.3) / (4 / 0.8))
+    assert rows["llama.cpp"]["decode_tokens_per_second"] == pytest.approx(4 / 0.2)
+    assert rows["hf-generate"]["decode_tokens_per_second"] is None
     assert report["goals"]["best_exact_vs_llama_cpp"] == 0.5
 
 

@@ -37,13 +37,14 @@ class LlamaCpp:
                            n_threads_batch=threads, seed=seed, verbose=False)
 
     def decode(self, prompt_ids: list[int], *, max_new_tokens: int, temperature: float, seed: int) -> dict[str, float]:
-        """Tokens and seconds of one run (module doc)."""
+        """Tokens and seconds of one run (module doc), and those of its first token (``first_*``)."""
         self.model.reset()
         self.model.set_seed(seed)
-        tokens = 0
+        tokens, first = 0, 0.0
         start = time.perf_counter()
         for _ in self.model.generate(prompt_ids, top_k=0, top_p=1.0, min_p=0.0, temp=temperature, repeat_penalty=1.0):
             tokens += 1
+            first = first or time.perf_counter() - start  # the prefill and the first token
             if tokens == max_new_tokens:
                 break
-        return dict(tokens=tokens, seconds=time.perf_counter() - start)
+        return dict(tokens=tokens, seconds=time.perf_counter() - start, first_tokens=1, first_seconds=first)

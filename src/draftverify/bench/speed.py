@@ -12,6 +12,10 @@ and time the calls of both models (its acceptance is (tokens per target call - 1
 Rows ``llama.cpp`` (sampled at the temperature) and ``llama.cpp-greedy``: llama.cpp on the target's
 GGUF file, when ``llama-cpp-python`` is installed (:mod:`.llama_cpp`; timed as ``ar``).
 
+Decode tokens/s: the same runs without their first step (the prompt's prefill and the first
+token; llama.cpp: without the time to its first token), the rate of steady decoding that drafting
+changes; ``tokens/s`` is end to end, the prefill included, and the goals read it.
+
 Engine efficiency: measured tokens/s over the ideal tokens/s of a loop that spends no time outside
 the model calls, seed 002's expected speedup with the measured costs: block efficiency b (tokens per
 target call) over the time of the calls, ``ideal = b / (n_d t_d + t_T)`` with ``n_d`` draft calls
@@ -222,7 +226,10 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     for i, prompt_ids in enumerate(track(progress, prompts, "prompts")):
         for spec in specs:
             r = run_spec(spec, target, drafts, prompt_ids, seed=args.seed + i, **ours).result
+            first = r.steps[0]  # the prefill's step
             _add(totals, spec, tokens=len(r.tokens), seconds=r.seconds, target_calls=r.target_calls,
+                 first_tokens=first.committed,
+                 first_seconds=first.draft_seconds + first.target_seconds + first.verify_seconds,
                  target_seconds=r.target_seconds, draft_calls=r.draft_calls, draft_seconds=r.draft_seconds,
                  accepted=r.accepted, steps=len(r.steps),
                  rejections=rejected_tests((s.accepted for s in r.steps), args.draft_length),
@@ -262,6 +269,7 @@ def _llama_cpp(args: SpeedSettings, prompts: list[list[int]]) -> tuple[LlamaCpp 
 def _tables(report: dict[str, Any], batch: int) -> str:
     """The console tables of a report (methods, ms per step, batch rows) and the goals line."""
     columns = [("method", "method", "s"), ("tokens_per_second", "tokens/s", ".1f"), ("vs_ar", "vs ar", ".2f"),
+               ("decode_tokens_per_second", "decode tokens/s", ".1f"), ("decode_vs_ar", "decode vs ar", ".2f"),
                ("acceptance", "acceptance", ".2f"), ("tokens_per_target_call", "tokens/target call", ".2f"),
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
                ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
@@ -295,13 +303,17 @@ def _add(totals: dict, name: str, **values: float) -> None:
 def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
     ar = totals[AR]
     ar_speed = ar["tokens"] / ar["seconds"]
+    ar_decode = (ar["tokens"] - ar["first_tokens"]) / (ar["seconds"] - ar["first_seconds"])
     target_call = ar["target_seconds"] / ar["target_calls"]
     rows = []
     for name, t in totals.items():
         speed = t["tokens"] / t["seconds"]
+        decode = None if "first_seconds" not in t else \
+            (t["tokens"] - t["first_tokens"]) / (t["seconds"] - t["first_seconds"])
         if "target_calls" not in t:  # llama.cpp: tokens and seconds only
             rows.append(dict(method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3),
-                             tokens_per_second=speed, vs_ar=speed / ar_speed))
+                             tokens_per_second=speed, vs_ar=speed / ar_speed, decode_tokens_per_second=decode,
+                             decode_vs_ar=decode / ar_decode))
             continue
         per_call = t["tokens"] / t["target_calls"]
         if name == ASSISTED:
@@ -319,7 +331,8 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         steps = t.get("steps")
         rows.append(dict(
             method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3), tokens_per_second=speed,
-            vs_ar=speed / ar_speed, acceptance=acceptance, tokens_per_target_call=per_call,
+            vs_ar=speed / ar_speed, decode_tokens_per_second=decode,
+            decode_vs_ar=None if decode is None else decode / ar_decode, acceptance=acceptance, tokens_per_target_call=per_call,
             cost_ratio=cost, target_call_ratio=call_ratio, predicted_vs_ar=predicted,
             engine_efficiency=model_seconds / t["seconds"],
             step_ms=None if not steps else {
