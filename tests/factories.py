@@ -2,7 +2,7 @@
 from them (draft tokens sampled from their draft rows), one-hot rows, conditional tables for the
 theory (random, order-1, or a known-law Markov model's) and a hypothesis strategy of distribution
 pairs; the engine's models of a known-law pair; the tiny random transformer pair (as models, or
-written to folders for the command line); any registered verifier; the synthetic SPRINTER
+written to folders for the command line); a tiny feature-draft pair; any registered verifier; the synthetic SPRINTER
 classifier of given rates. The broken twins are in ``tests/verify/broken_twins.py`` and
 ``tests/testing/conform_twins.py``."""
 
@@ -18,6 +18,7 @@ import torch
 from hypothesis import strategies as st
 
 from draftverify import get_verifier, verifiers
+from draftverify.models.feature_draft import FeatureDraft, FeatureHead
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import ToyModel, tiny_causal_lm
 from draftverify.testing import KnownLawPair, MarkovModel
@@ -103,6 +104,19 @@ def tiny_pair(vocab: int, *, tokenizer: Any = None, **options: Any) -> tuple[Tra
     """:func:`tiny_lms` as the engine's models; the target carries ``tokenizer``."""
     target, draft = tiny_lms(vocab, **options)
     return TransformersModel(target, tokenizer), TransformersModel(draft)
+
+
+def tiny_feature_pair(vocab: int, subset: torch.Tensor, *, seed: int = 0,
+                      quantize: str | None = None) -> tuple[TransformersModel, FeatureDraft]:
+    """A tiny Llama target and a random feature draft for it over the tokens ``subset`` (float32 by
+    default: compared with the head's own forward; the shipped default is int8)."""
+    target = TransformersModel(tiny_causal_lm(vocab, arch="llama", dtype=torch.float32, seed=seed))
+    torch.manual_seed(seed + 1)
+    head = FeatureHead(target.model.config, subset)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.add_(torch.randn_like(parameter))  # far from the default init: every term matters
+    return target, FeatureDraft(head, target, quantize=quantize)
 
 
 def save_pair(root: Path, target: Any, draft: Any, tokenizer: Any) -> Path:

@@ -10,31 +10,18 @@ import pytest
 import torch
 
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
-from draftverify.models.feature_draft import FeatureDraft, FeatureHead, is_feature_draft
+from draftverify.models.feature_draft import FeatureHead, is_feature_draft
 from draftverify.models.hf import TransformersModel
-from draftverify.models.toy import tiny_causal_lm
 from draftverify.testing import goodness_of_fit
+from tests.factories import tiny_feature_pair
 from tests.verify.broken_twins import AcceptAll
 
 VOCAB = 11
 SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
 
 
-def pair(vocab: int = VOCAB, subset: torch.Tensor = SUBSET, seed: int = 0,
-         quantize: str | None = None) -> tuple[TransformersModel, FeatureDraft]:
-    """A tiny Llama target and a random feature draft for it (float32 by default: compared with the
-    head's own forward; the shipped default is int8)."""
-    target = TransformersModel(tiny_causal_lm(vocab, arch="llama", dtype=torch.float32, seed=seed))
-    torch.manual_seed(seed + 1)
-    head = FeatureHead(target.model.config, subset)
-    with torch.no_grad():
-        for parameter in head.parameters():
-            parameter.add_(torch.randn_like(parameter))  # far from the default init: every term matters
-    return target, FeatureDraft(head, target, quantize=quantize)
-
-
 def test_the_draft_law_is_zero_outside_the_subset():
-    target, draft = pair()
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
     target_cache = target.new_cache(1)
     target.forward(target_cache, torch.tensor([[1, 4, 6]]))
     logits = draft.forward(draft.new_cache(1, target_cache), torch.tensor([[1, 4, 6, 9]]), None, 4)  # [1, 4, V]
@@ -48,7 +35,7 @@ def test_the_draft_law_is_zero_outside_the_subset():
 def test_the_draft_reads_the_targets_features_of_the_previous_position():
     # through the caches, position j reads the target's feature at j - 1: the same logits as the
     # head's teacher-forced forward over the target's own final hidden states
-    target, draft = pair()
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
     tokens = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     target_cache = target.new_cache(1)
     target.forward(target_cache, tokens[:, :-1])  # the target has scored all but the last token
@@ -62,7 +49,7 @@ def test_the_draft_reads_the_targets_features_of_the_previous_position():
 
 
 def test_positions_drafted_from_its_own_features_are_dropped_at_the_next_crop():
-    target, draft = pair()
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
     target_cache = target.new_cache(1)
     target.forward(target_cache, torch.tensor([[1, 4, 6]]))
     cache = draft.new_cache(1, target_cache)
@@ -75,13 +62,13 @@ def test_positions_drafted_from_its_own_features_are_dropped_at_the_next_crop():
 
 
 def test_a_feature_draft_needs_the_targets_cache():
-    target, draft = pair()
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
     with pytest.raises(ValueError, match="target_cache"):
         draft.new_cache(1)
 
 
 def test_save_and_load_keep_the_head(tmp_path):
-    _, draft = pair()
+    _, draft = tiny_feature_pair(VOCAB, SUBSET)
     draft.head_module.save(tmp_path)
     assert is_feature_draft(tmp_path) and not is_feature_draft(tmp_path / "nothing")
     loaded = FeatureHead.load(tmp_path)
@@ -93,7 +80,7 @@ def test_save_and_load_keep_the_head(tmp_path):
 
 @pytest.mark.parametrize("method,num_drafts", [("sd", None), ("bv", None), ("kseq", 2)])
 def test_ragged_batches_keep_the_cache_invariant(method, num_drafts):
-    target, draft = pair()
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
     prompts = [[1], [2, 0, 5], [0, 3, 1, 2, 7, 7]]
     decoder = Decoder(target, draft, prompts, DecodeConfig(method, num_drafts=num_drafts, draft_length=3, max_new_tokens=10))
     while not decoder.done:
@@ -116,7 +103,7 @@ def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, v
 @pytest.mark.parametrize("method", ["sd", AcceptAll()], ids=["sd", "accept-all"])
 def test_the_engine_with_a_feature_draft_samples_the_targets_law(method):
     vocab, num_tokens, samples = 3, 3, 2000
-    target, draft = pair(vocab, torch.tensor([0, 2]), seed=4, quantize="int8")  # the default draft's products
+    target, draft = tiny_feature_pair(vocab, torch.tensor([0, 2]), seed=4, quantize="int8")  # the default draft's products
     results = generate_batch(target, draft, [[1]] * samples, method, draft_length=2, max_new_tokens=num_tokens, seed=0)
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
     counts = np.bincount([int(np.dot(r.tokens, weights)) for r in results], minlength=vocab**num_tokens)

@@ -1,7 +1,10 @@
 """theory.tuning: the block law along a path against enumeration of the verifiers, the call count
-against simulation of the boundary chain, and bad input."""
+against simulation of the boundary chain and, for a draft whose law depends on the depth within a
+block, against the exact expectation of the decoding; and bad input."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -74,6 +77,93 @@ def test_expected_calls_matches_a_simulated_chain():
         t[going] += 1 + (rng.random((going.sum(), 1)) * cdf[:, -1:] >= cdf).sum(axis=1)
         runs[going] += 1
     assert expected_calls(survival) == pytest.approx(np.mean(runs), abs=4 * np.std(runs) / np.sqrt(len(runs)))
+
+
+def _markov_tables(first: np.ndarray, transitions: list[np.ndarray], length: int) -> list[np.ndarray]:
+    """Conditional tables [V] * (i + 1), i = 0..length-1, of a block whose i-th token follows
+    ``first`` [V] (i = 0) or ``transitions[i]`` [V, V] from the token before it."""
+    vocab = len(first)
+    return [first] + [np.broadcast_to(transitions[i], (vocab,) * (i - 1) + (vocab, vocab)).copy()
+                      for i in range(1, length)]
+
+
+@pytest.mark.parametrize("method", ["sd", "bv"])
+def test_per_depth_ratios_give_the_exact_expected_calls_of_a_depth_dependent_draft(method):
+    """A known-law decoding: an order-1 Markov target and a draft whose law at the d-th drafted
+    position of a step is its own order-1 table D_d (a feature draft's depth dependence in
+    miniature). The exact expected number of calls to commit N tokens, by dynamic programming over
+    (tokens committed, last token) with each call's block law enumerated through the verifier,
+    equals the estimator's expectation over target paths with ratios [N, L] per depth; with the
+    first depth's ratios alone ([N], "the same at every depth") it is off."""
+    rng = np.random.default_rng(7)
+    tokens, start = 5, 0
+    target = rng.dirichlet(np.ones(VOCAB), VOCAB)  # T(. | last token) [V, V]
+    draft = [rng.dirichlet(np.full(VOCAB, 0.7), VOCAB) for _ in range(LENGTH)]  # D_d [V, V], d = 1..L
+    blocks = {last: _block_law(method, _markov_tables(target[last], [target] * (LENGTH + 1), LENGTH + 1),
+                               _markov_tables(draft[0][last], draft, LENGTH))
+              for last in range(VOCAB)}  # the law of one call's block after a last token
+    calls = np.zeros((tokens + LENGTH + 2, VOCAB))  # calls[t, last]: expected calls for tokens t..N-1
+    for t in range(tokens - 1, -1, -1):
+        for last in range(VOCAB):
+            calls[t, last] = 1 + sum(prob * (calls[t + len(w), w[-1]] if t + len(w) < tokens else 0.0)
+                                     for w, prob in blocks[last].items())
+    per_depth = first_depth = 0.0
+    for path in itertools.product(range(VOCAB), repeat=tokens):
+        previous = (start,) + path[:-1]
+        probability = np.prod(target[previous, path])
+        ratios = np.stack([d[previous, path] for d in draft], 1) / target[previous, path][:, None]  # [N, L]
+        per_depth += probability * expected_calls(path_survival(ratios, LENGTH, method))
+        first_depth += probability * expected_calls(path_survival(ratios[:, 0], LENGTH, method))
+    assert per_depth == pytest.approx(calls[0, start], abs=1e-12)
+    assert abs(first_depth - calls[0, start]) > 1e-3
+
+
+def test_per_depth_gbv_acceptance_is_the_joint_overlap():
+    """gbv's per-call E[tau] with ratios per depth, averaged over target blocks, is
+    sum_k sum_x min(T(x^k), D(x^k)) for a draft whose table differs by depth."""
+    rng = np.random.default_rng(5)
+    target = rng.dirichlet(np.ones(VOCAB), VOCAB)
+    draft = [rng.dirichlet(np.full(VOCAB, 0.7), VOCAB) for _ in range(LENGTH)]
+    target_tables = _markov_tables(target[0], [target] * LENGTH, LENGTH)
+    draft_tables = _markov_tables(draft[0][0], draft, LENGTH)
+    expected = 0.0
+    for block in itertools.product(range(VOCAB), repeat=LENGTH):
+        previous = (0,) + block[:-1]
+        ratios = np.stack([d[previous, block] for d in draft], 1) / target[previous, block][:, None]  # [L, L]
+        expected += np.prod(target[previous, block]) * gbv_expected_accepted(ratios, LENGTH)[0]
+    assert expected == pytest.approx(longest_prefix_claim(target_tables, draft_tables).claimed.sum())
+
+
+def test_the_same_values_at_every_depth_reproduce_the_one_dimensional_estimates():
+    rng = np.random.default_rng(6)
+    n, length = 9, 3
+    ratios, draft_probs = rng.uniform(0.1, 1.8, n), rng.uniform(0.05, 0.9, n)
+    acceptance = np.sort(rng.uniform(0.2, 0.9, (n, 2)), axis=1)  # K' = 1, 2
+    wide = length + 2  # L' > L: the extra depths are not read
+
+    def deep(values):
+        return np.repeat(values[:, None], wide, axis=1)
+
+    for method in ("sd", "bv"):
+        assert np.array_equal(path_survival(deep(ratios), length, method), path_survival(ratios, length, method))
+    assert np.array_equal(gbv_expected_accepted(deep(ratios), length), gbv_expected_accepted(ratios, length))
+    assert np.array_equal(plug_in_survival(np.repeat(acceptance[:, None], wide, 1), length, deep(draft_probs)),
+                          plug_in_survival(acceptance, length, draft_probs))
+    assert np.array_equal(plug_in_survival(deep(acceptance[:, 0])[..., None], length),
+                          plug_in_survival(acceptance[:, 0], length))
+
+
+def test_a_block_reads_the_diagonal_of_per_depth_values():
+    ratios = np.array([[0.5, 0.1, 0.2], [2.0, 0.9, 0.3], [0.7, 0.8, 0.6], [1.0, 1.0, 0.4]])  # [N = 4, L' = 3]
+    # the block from t = 0 reads depth 1 at t = 0, depth 2 at t = 1, depth 3 at t = 2
+    assert path_survival(ratios, 3, "sd")[0].tolist() == pytest.approx([1, 0.5, 0.45, 0.27])
+    assert path_survival(ratios, 3, "bv")[1].tolist() == pytest.approx([1, 1, 1, 0.64])  # 2, 2 * 0.8, 2 * 0.8 * 0.4
+    acceptance = np.array([[[0.5], [0.4]], [[0.9], [0.6]], [[0.7], [0.3]]])  # [N = 3, L' = 2, K = 1]
+    assert plug_in_survival(acceptance, 2)[0].tolist() == pytest.approx([1, 0.5, 0.3])
+    two = np.concatenate([acceptance, acceptance + 0.1], axis=2)  # K' = 1, 2
+    draft_probs = np.array([[0.5, 0.2], [0.4, 0.5], [0.3, 0.9]])
+    # depth 2 at t = 1 with 1 + D_1(y_0) = 1.5 drafts: (0.6 + 0.7) / 2
+    assert plug_in_survival(two, 2, draft_probs)[0].tolist() == pytest.approx([1, 0.6, 0.6 * 0.65])
 
 
 def test_survival_orders_and_edge_cases():
@@ -161,6 +251,10 @@ def test_bad_costs(make):
     lambda: path_survival([0.5], 2, "kseq"),
     lambda: plug_in_survival([1.5], 2),
     lambda: plug_in_survival([[0.5, 0.6]], 2),
+    lambda: path_survival([[0.5], [0.7]], 2, "sd"),  # one depth given, L = 2
+    lambda: path_survival(np.ones((2, 2, 2)), 2, "sd"),
+    lambda: plug_in_survival(np.full((3, 1, 1), 0.5), 2),
+    lambda: plug_in_survival(np.full((3, 2), 0.5), 2, np.full((3, 1), 0.5)),
     lambda: gbv_expected_accepted([0.5], 2),
     lambda: expected_calls([[1.0, 0.5, 0.7]]),
     lambda: tokens_per_call([1, 2], [1]),

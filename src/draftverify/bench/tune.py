@@ -4,7 +4,10 @@ recommend one, and (``verify``) measure the best few beside the prediction.
 1. Paths: each prompt's continuation of N tokens sampled from the (warped) target, then one forward
    of target and draft over it: the warped distributions at every position, reduced at once to what
    the predictions need (the ratio D(y_t) / T(y_t) at the sampled token, the draft's probability of
-   it, and each plug-in method's acceptance of one position with K' = 1..K drafts).
+   it, and each plug-in method's acceptance of one position with K' = 1..K drafts). A draft whose
+   law depends on the depth within a step (a feature draft: ``LanguageModel.depth_dependent``) is
+   recorded at every depth d = 1..L_max as the engine's draft phase has it (:func:`depth_laws`),
+   and the predictions read the depth of each position within its step.
 2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd`` and ``bv`` unbiased from the
    paths (the block boundaries given a path are a Markov chain); ``gbv`` by a renewal approximation
    of its per-call E[tau]; ``kseq``, ``ot``, ``multidraft-bv`` by the plug-in product of one-position
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ import numpy as np
 import torch
 
 from ..engine import generate, generate_batch
+from ..engine.pending import pending_tokens
 from ..models.base import LanguageModel
 from ..ot import optimal_acceptance
 from ..probs import warp
@@ -55,7 +60,8 @@ from ..verify import get_verifier, parse_method
 from .compare import run_spec
 from .model_cost import call_costs
 
-__all__ = ["METHODS", "Costs", "PathRecord", "TuneSettings", "check_pair", "measure", "plot", "predict", "record_paths", "tune"]
+__all__ = ["METHODS", "Costs", "PathRecord", "TuneSettings", "check_pair", "depth_laws", "measure", "plot", "predict",
+           "record_along", "record_paths", "tune"]
 
 METHODS = ("sd", "bv", "gbv", "kseq", "multidraft-bv")
 """The exact methods ``tune`` compares by default. ``ot`` with an exact solver
@@ -65,6 +71,7 @@ tokens its network exceeds the solvers' limit (49.7M arcs > 20M at K = 2)."""
 _SINGLE = ("sd", "bv", "gbv")  # methods of one draft
 UNBIASED = "path (unbiased)"
 _OPTIMAL = ("ot", "multidraft-bv")  # plug-in acceptance: alpha*(K), the optimal one-position acceptance
+_LOGITS_BUDGET = 2**26  # target logits held at once while recording paths per depth (256 MB of float32)
 
 
 @dataclass(frozen=True)
@@ -103,49 +110,119 @@ class TuneSettings:
 
 @dataclass(frozen=True)
 class PathRecord:
-    """One prompt's target-sampled continuation, reduced: ``ratios`` [N] = D(y_t) / T(y_t),
-    ``draft_probs`` [N] = D(y_t), ``acceptance[name]`` [N, K] one-position acceptance with K' drafts."""
+    """One prompt's target-sampled continuation y_1..y_N, reduced: ``ratios`` = D(y_t) / T(y_t),
+    ``draft_probs`` = D(y_t), ``acceptance[name]`` one-position acceptance with K' = 1..K drafts.
+    For a draft whose law is the same at every depth (``LanguageModel.depth_dependent`` False) they
+    are [N], [N] and [N, K]; otherwise per depth, [N, L], [N, L] and [N, L, K], entry [t, d - 1]
+    the draft's law at t as the d-th drafted position of a step (:mod:`draftverify.theory.tuning`;
+    entries with t < d - 1, where no step starts, hold 1 and are never read)."""
 
     ratios: np.ndarray
     draft_probs: np.ndarray
     acceptance: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+def _warp(logits: torch.Tensor, settings: TuneSettings) -> torch.Tensor:
+    """The settings' temperature, top-k and top-p on ``logits`` [..., V], in float64."""
+    return warp(logits.double(), settings.temperature, settings.top_k, settings.top_p)
+
+
 def _warped(target: LanguageModel, draft: LanguageModel, sequence: list[int], count: int,
             settings: TuneSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's and the draft's warped conditionals [count, V] of the last ``count`` tokens of
-    ``sequence``, teacher-forced. A feature draft reads the target's hidden states along the
-    sequence, so its rows are its law at a step's first drafted position: later positions, which
-    read its own, accept less (the prediction is then optimistic there)."""
+    ``sequence``, teacher-forced: each row is the draft's law at a step's first drafted position
+    (a feature draft reads the target's hidden states along the whole sequence; for its later
+    depths see :func:`depth_laws`)."""
     tokens = torch.tensor([sequence[:-1]])
     target_cache = target.new_cache(1)
     target_logits = target.forward(target_cache, tokens, None, count)[0]  # [count, V]
     draft_logits = draft.forward(draft.new_cache(1, target_cache), tokens, None, count)[0]
-    return tuple(warp(logits.double(), settings.temperature, settings.top_k, settings.top_p)
-                 for logits in (target_logits, draft_logits))
+    return _warp(target_logits, settings), _warp(draft_logits, settings)
+
+
+def depth_laws(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], paths: list[list[int]],
+               settings: TuneSettings) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """For each step start s along ``paths`` (B continuations of N tokens after ``prompts``), last
+    to first: (s, the target's warped laws [B, D, V] of y_s..y_{s+D-1}, the draft's warped laws
+    [B, D, V] there at depths 1..D), D = min(L_max, N - s): what the engine's draft phase computes
+    when a step starts at s, forced along the path. The engine's state before that step is
+    replayed with the model API: the target holds every committed token but the pending one
+    (P + s - 1 for a prompt of P tokens; none at the first step, which has not scored the prompt
+    yet), the draft what it held of those; the draft feeds the rest, then y_s, ..., y_{s+D-2} one
+    at a time. The target scores the paths once; going from the last start to the first, each
+    start only crops the caches back."""
+    count = len(paths[0])
+    if any(len(path) != count for path in paths) or len(paths) != len(prompts):
+        raise ValueError("paths: expected one continuation per prompt, all of one length")
+    sequences, starts = [prompt + path for prompt, path in zip(prompts, paths)], [len(prompt) for prompt in prompts]
+    target_cache = target.new_cache(len(prompts))
+    tokens, valid = pending_tokens([sequence[:-1] for sequence in sequences], [0] * len(sequences))  # left-padded
+    target_logits = target.forward(target_cache, tokens, valid, count)  # [B, N, V]
+    draft_cache = draft.new_cache(len(prompts), target_cache)
+    for s in reversed(range(count)):
+        held = [start + s - 1 if s else 0 for start in starts]
+        target.crop(target_cache, held)
+        draft.crop(draft_cache, [min(h, limit) for h, limit in zip(draft_cache.held, held)])
+        chunk, valid = pending_tokens([sequence[: start + s] for sequence, start in zip(sequences, starts)],
+                                      draft_cache.held)
+        laws = []
+        for depth in range(min(settings.max_draft_length, count - s)):
+            laws.append(draft.forward(draft_cache, chunk, valid, 1)[:, 0])  # [B, V]
+            chunk, valid = torch.tensor([[path[s + depth]] for path in paths]), None
+        yield s, _warp(target_logits[:, s : s + len(laws)], settings), _warp(torch.stack(laws, 1), settings)
+
+
+def _reduce(target_probs: np.ndarray, draft_probs: np.ndarray, tokens: np.ndarray, names: set[str],
+            max_k: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Rows [R, V] of target and draft at R positions whose path tokens are ``tokens`` [R]:
+    ratios [R], draft probabilities [R] and each plug-in method's acceptance [R, K']."""
+    at = (np.arange(len(tokens)), tokens)
+    acceptance = {"sd": maximal_acceptance(target_probs, draft_probs)[:, None]}
+    if "kseq" in names:
+        acceptance["kseq"] = np.stack([kseq_acceptance(target_probs, draft_probs, k) for k in range(1, max_k + 1)], 1)
+    if names & set(_OPTIMAL):
+        acceptance["optimal"] = np.array([[optimal_acceptance(t, d, k) for k in range(1, max_k + 1)]
+                                          for t, d in zip(target_probs, draft_probs)])
+    return draft_probs[at] / target_probs[at], draft_probs[at], acceptance
+
+
+def record_along(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], paths: list[list[int]],
+                 settings: TuneSettings) -> list[PathRecord]:
+    """A :class:`PathRecord` of each continuation in ``paths`` (one length) after its prompt: one
+    teacher-forced pass per prompt, or, for a depth-dependent draft, the prompts together per depth
+    (:func:`depth_laws`), each step start's rows reduced at once (no [N, L, V] is kept)."""
+    names, max_k = {parse_method(m).name for m in settings.methods}, max(settings.num_drafts)
+    if not draft.depth_dependent:
+        return [PathRecord(*_reduce(*(rows.numpy() for rows in _warped(target, draft, prompt + path, len(path), settings)),
+                                    np.array(path), names, max_k)) for prompt, path in zip(prompts, paths)]
+    tokens = np.array(paths)  # [B, N]
+    rows, count, depths = len(paths), tokens.shape[1], settings.max_draft_length
+    ratios, draft_probs, acceptance = np.ones((rows, count, depths)), np.ones((rows, count, depths)), {}
+    for s, target_laws, draft_laws in depth_laws(target, draft, prompts, paths, settings):
+        size = draft_laws.shape[1]
+        positions = np.arange(s, s + size)  # depth d at position s + d - 1
+        at = (slice(None), positions, positions - s)
+        ratio, prob, accept = _reduce(target_laws.flatten(0, 1).numpy(), draft_laws.flatten(0, 1).numpy(),
+                                      tokens[:, positions].reshape(-1), names, max_k)
+        ratios[at], draft_probs[at] = ratio.reshape(rows, size), prob.reshape(rows, size)
+        for name, values in accept.items():
+            if name not in acceptance:
+                acceptance[name] = np.ones((rows, count, depths, values.shape[1]))
+            acceptance[name][at] = values.reshape(rows, size, -1)
+    return [PathRecord(ratios[b], draft_probs[b], {name: a[b] for name, a in acceptance.items()}) for b in range(rows)]
 
 
 def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]],
                  settings: TuneSettings) -> list[PathRecord]:
-    """Step 1 of the module doc, one prompt at a time (only [N] arrays are kept)."""
+    """Step 1 of the module doc: the paths sampled together, then recorded (:func:`record_along`) in
+    groups of prompts whose target logits take at most ``_LOGITS_BUDGET`` floats."""
     check_pair(target, draft, prompts, settings.max_new_tokens)
-    max_k = max(settings.num_drafts)
     runs = generate_batch(target, None, prompts, "ar", max_new_tokens=settings.max_new_tokens, seed=settings.seed,
                           temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, ignore_eos=True)
-    records = []
-    for prompt, run in zip(prompts, runs):
-        sequence, n = prompt + run.tokens, len(run.tokens)
-        target_probs, draft_probs = (rows.numpy() for rows in _warped(target, draft, sequence, n, settings))  # [N, V]
-        at = (np.arange(n), np.array(run.tokens))
-        names = {parse_method(m).name for m in settings.methods}
-        acceptance = {"sd": maximal_acceptance(target_probs, draft_probs)[:, None]}
-        if "kseq" in names:
-            acceptance["kseq"] = np.stack([kseq_acceptance(target_probs, draft_probs, k) for k in range(1, max_k + 1)], 1)
-        if names & set(_OPTIMAL):
-            acceptance["optimal"] = np.array([[optimal_acceptance(t, d, k) for k in range(1, max_k + 1)]
-                                              for t, d in zip(target_probs, draft_probs)])
-        records.append(PathRecord(draft_probs[at] / target_probs[at], draft_probs[at], acceptance))
-    return records
+    group = max(1, _LOGITS_BUDGET // (settings.max_new_tokens * target.vocab_size))
+    return [record for i in range(0, len(prompts), group)
+            for record in record_along(target, draft, prompts[i : i + group], [r.tokens for r in runs[i : i + group]],
+                                       settings)]
 
 
 def check_pair(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], max_new_tokens: int) -> None:
@@ -284,7 +361,7 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                 estimator = "renewal (approx.)"
             else:
                 column = "kseq" if name == "kseq" else "optimal"
-                calls = [expected_calls(plug_in_survival(p.acceptance[column][:, :k], length, p.draft_probs))
+                calls = [expected_calls(plug_in_survival(p.acceptance[column][..., :k], length, p.draft_probs))
                          for p in paths]
                 estimator = "plug-in (approx.)"
             per_call = tokens_per_call(tokens, calls)

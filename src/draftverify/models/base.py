@@ -121,6 +121,9 @@ class LanguageModel(ABC):
     eos_token_id: int | None = None
     max_length: int | None = None  # positions the model can take (its context), None = no limit
     initial_capacity = 64  # slot-table columns allocated by new_cache
+    depth_dependent: bool = False
+    """Whether, as a draft, its law at a position depends on the depth within the drafted block and
+    not only on the prefix (a feature draft reads its own features after the first position)."""
 
     def new_cache(self, batch_size: int, target_cache: Cache | None = None) -> Cache:
         """An empty cache of ``batch_size`` rows. ``target_cache``: the target's cache of the same

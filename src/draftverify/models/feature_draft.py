@@ -126,6 +126,8 @@ class FeatureDraft(LanguageModel):
     the draft's precision never touches exactness (its law is the int8 head's, which its tokens are
     drawn from); None keeps float32."""
 
+    depth_dependent = True  # from the second drafted position on it reads its own features
+
     def __init__(self, head: FeatureHead, target: TransformersModel, *, quantize: str | None = "int8",
                  kernel: str | None = None):
         if head.config.hidden_size != target.config.hidden_size:

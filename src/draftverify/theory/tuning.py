@@ -20,6 +20,24 @@ S_t(m - 1) - S_t(m) for m <= L and pi_t(L + 1) = S_t(L):
   P(tau >= i | x^i) = p_i and the correction norm((p_i T - D)_+), the block ends with w_{i+1} after
   tau = i with probability D(w^i) (p_i T(w_{i+1}) - D(w_{i+1}))_+ (tested against enumeration).
 
+Drafts whose law depends on the depth within a block. A feature draft (EAGLE) reads the target's
+hidden state at the first drafted position of a step and its own from the second on, so its law at
+position t depends on the prefix y^{t-1} and on where the block started: D_d(y_t | y^{t-1}) when t
+is the d-th drafted position (block start t - d + 1; at the first step, before the target has
+seen the prompt, the feature draft reads zeros: a law of the start too). The identity needs only
+this: given the committed prefix y^{t-1}, a call starting at t draws its block from a law that is
+a function of y^{t-1} (its length is t) and of nothing else of the past, the draft's joint law
+prod_j D_{j+1}(w_{j+1} | y^{t-1} w^j), and the verifier is exact for any draft law, so
+P_block(w | y^{t-1}) = T(w | y^{t-1}) pi_t(|w|) with pi_t built from that joint law. Multiplying
+over the calls (each conditioned on all before it) gives the law of (sequence, boundaries) as
+T(y) prod_k pi(block k): the sequence has law T, the boundaries given it are the same Markov chain,
+and E[calls | path] averaged over target paths is E[calls], unbiased. The closed forms read
+rho_{t+j} at depth j + 1. Every function below therefore takes per-depth arrays: ``ratios``
+[N, L'] with column d - 1 = D_d(y_t) / T(y_t) (L' >= L), and a block starting at t reads the
+diagonal ratios[t + j, j], j = 0..L-1 (entries [t, d - 1] with t < d - 1 are never read); an [N]
+array means the same law at every depth (an ordinary draft: Llama, GPT-2, n-gram). Feeding a
+depth-dependent draft's first-depth ratios as [N] predicts a wrong value (its later depths differ).
+
 Where no such closed form is written (K > 1 drafts, ``gbv`` whose state modifies the next call's
 target) :func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
 the method's acceptance of one position given the target's prefix. It is biased: the prefix a
@@ -53,26 +71,42 @@ PATH_METHODS = ("sd", "bv")
 """The methods whose block law along a path :func:`path_survival` writes in closed form."""
 
 
-def _windows(values: np.ndarray, draft_length: int, fill: float) -> np.ndarray:
-    """values[t + j] for j = 0..L-1 ([N, L]); positions past the path's end hold ``fill`` (they
-    are never read by :func:`expected_calls`: a block reaching past N ends the decoding)."""
-    padded = np.concatenate([values, np.full(draft_length, fill)])
-    return np.lib.stride_tricks.sliding_window_view(padded, draft_length)[: len(values)]
+def _depths(values, name: str, draft_length: int) -> np.ndarray:
+    """``values`` [N] (the same at every depth) or [N, L'] (column d - 1: depth d, L' >= L) as
+    per-depth values [N, L] (module doc)."""
+    array = _validate.as_float_array(values, name)
+    if array.ndim == 1:
+        return np.repeat(array[:, None], draft_length, axis=1)
+    if array.ndim != 2 or array.shape[1] < draft_length:
+        raise ValueError(f"{name}: expected [N] (the same at every depth) or [N, L'] per depth with L' >= "
+                         f"L = {draft_length}, got shape {array.shape}")
+    return array[:, :draft_length]
 
 
-def _ratios(ratios) -> np.ndarray:
-    rho = _validate.as_float_array(ratios, "ratios")
-    if rho.ndim != 1 or np.any(rho < 0):
-        raise ValueError("ratios: expected a 1-D array of finite values >= 0 (draft over target probability)")
+def _windows(values: np.ndarray, fill: float) -> np.ndarray:
+    """values[t + j, j] for j = 0..L-1 ([N, L]) from per-depth ``values`` [N, L]: what a block
+    starting at t reads at its (j + 1)-th drafted position. Positions past the path's end hold
+    ``fill`` (never read by :func:`expected_calls`: a block reaching past N ends the decoding)."""
+    n, length = values.shape
+    padded = np.concatenate([values, np.full((length, length), fill)])  # [N + L, L]
+    return padded[np.arange(n)[:, None] + np.arange(length), np.arange(length)]
+
+
+def _ratios(ratios, draft_length: int) -> np.ndarray:
+    """Per-depth ratios [N, L] (:func:`_depths`), checked >= 0."""
+    rho = _depths(ratios, "ratios", draft_length)
+    if np.any(rho < 0):
+        raise ValueError("ratios: expected finite values >= 0 (draft over target probability)")
     return rho
 
 
 def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
     """S_t(k) for k = 0..L ([N, L + 1], S_t(0) = 1) of ``sd`` or ``bv`` along one target path (see
-    the module doc): ``ratios`` [N] = D(y_t) / T(y_t) >= 0 at the tokens the target drew."""
-    rho, length = _ratios(ratios), int(_validate.count(draft_length, "draft_length", low=1))
-    windows = _windows(rho, length, 1.0)  # [N, L]
-    ones = np.ones((len(rho), 1))
+    the module doc): ``ratios`` [N] or per depth [N, L'] = D(y_t) / T(y_t) >= 0 at the tokens the
+    target drew."""
+    length = int(_validate.count(draft_length, "draft_length", low=1))
+    windows = _windows(_ratios(ratios, length), 1.0)  # [N, L]
+    ones = np.ones((len(windows), 1))
     if method == "sd":
         return np.concatenate([ones, np.cumprod(np.minimum(windows, 1.0), axis=1)], axis=1)
     if method == "bv":
@@ -84,48 +118,56 @@ def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
 def plug_in_survival(acceptance, draft_length: int, path_draft_probs=None) -> np.ndarray:
     """S_t(k) = prod_{j<k} a_{t+j}(K_j) ([N, L + 1]): the approximation of the module doc (biased).
 
-    ``acceptance`` [N] or [N, K]: column K' - 1 holds the method's acceptance of one position with
-    K' drafts given the target's prefix. With K drafts only those that drafted the accepted prefix
-    take part further on: the K - 1 others each match the path's j tokens with probability
-    prod_{i<j} D(y_{t+i}) (``path_draft_probs`` [N], needed when K > 1), so K_j = 1 + (K - 1) times
-    that, and a(K_j) is interpolated linearly between whole numbers of drafts.
+    ``acceptance`` [N], [N, K] (the same at every depth) or per depth [N, L', K] (L' >= L): entry
+    [t, (d - 1,) K' - 1] holds the method's acceptance of one position with K' drafts given the
+    target's prefix (at depth d). With K drafts only those that drafted the accepted prefix take
+    part further on: the K - 1 others each match the path's j tokens with probability
+    prod_{i<j} D_{i+1}(y_{t+i}) (``path_draft_probs`` [N] or per depth [N, L'], needed when K > 1),
+    so K_j = 1 + (K - 1) times that, and a(K_j) is interpolated linearly between whole numbers of
+    drafts.
     """
     a = _validate.rate(acceptance, "acceptance")
-    a = a[:, None] if a.ndim == 1 else a
-    if a.ndim != 2 or a.shape[1] < 1:
-        raise ValueError(f"acceptance: expected [N] or [N, K], got shape {np.shape(acceptance)}")
     length = int(_validate.count(draft_length, "draft_length", low=1))
-    n, k = a.shape
+    if a.ndim in (1, 2):
+        a = np.repeat((a[:, None] if a.ndim == 1 else a)[:, None, :], length, axis=1)  # the same at every depth
+    if a.ndim != 3 or a.shape[1] < length or a.shape[2] < 1:
+        raise ValueError(f"acceptance: expected [N], [N, K] or per depth [N, L', K] with L' >= L = {length}, "
+                         f"got shape {np.shape(acceptance)}")
+    n, _, k = a.shape
     if k == 1:
         matched = np.zeros((n, length))
     else:
         if path_draft_probs is None:
             raise ValueError("path_draft_probs: needed with K > 1 drafts")
-        d = _validate.rate(path_draft_probs, "path_draft_probs")
-        if d.shape != (n,):
-            raise ValueError(f"path_draft_probs: expected shape ({n},), got {d.shape}")
-        windows = _windows(d, length, 1.0)  # [N, L]
+        d = _depths(path_draft_probs, "path_draft_probs", length)
+        if d.shape[0] != n or np.any((d < 0) | (d > 1)):
+            raise ValueError(f"path_draft_probs: expected {n} rows of probabilities in [0, 1], got shape "
+                             f"{np.shape(path_draft_probs)}")
+        windows = _windows(d, 1.0)  # [N, L]
         matched = np.concatenate([np.ones((n, 1)), np.cumprod(windows[:, :-1], axis=1)], axis=1)  # prod_{i<j} D
     drafts = 1 + (k - 1) * matched  # K_j - 1 as a column index: [N, L] in [0, K - 1]
     low = np.floor(drafts - 1).astype(np.int64).clip(0, k - 1)
     high = np.minimum(low + 1, k - 1)
     share = drafts - 1 - low
-    rows = np.minimum(np.arange(n)[:, None] + np.arange(length), n - 1)  # position t + j  [N, L]
-    factors = (1 - share) * a[rows, low] + share * a[rows, high]
-    factors[np.arange(n)[:, None] + np.arange(length) >= n] = 1.0  # past the path's end: never read
+    positions = np.arange(n)[:, None] + np.arange(length)  # t + j  [N, L]
+    rows, depths = np.minimum(positions, n - 1), np.broadcast_to(np.arange(length), (n, length))
+    factors = (1 - share) * a[rows, depths, low] + share * a[rows, depths, high]
+    factors[positions >= n] = 1.0  # past the path's end: never read
     return np.concatenate([np.ones((n, 1)), np.cumprod(factors, axis=1)], axis=1)
 
 
 def gbv_expected_accepted(ratios, draft_length: int) -> np.ndarray:
     """E[tau] of one ``gbv`` call starting at each position t <= N - L ([N - L + 1]), unbiased per
     start: sum_{k=1..L} sum_{x^k} min(T(x^k), D(x^k)) = sum_k E_T[min(1, prod_{j<k} rho_{t+j})]
-    (its per-call optimum, seed 004 section 3.3; :func:`.blocks.longest_prefix_claim`). A call
-    after one that left a target modification in ``gbv``'s state differs: tokens per call from
-    these (a renewal approximation, starts taken as uniform) are approximate."""
-    rho, length = _ratios(ratios), int(_validate.count(draft_length, "draft_length", low=1))
+    (its per-call optimum, seed 004 section 3.3; :func:`.blocks.longest_prefix_claim`), with
+    ``ratios`` [N] or per depth [N, L'] as :func:`path_survival`'s. A call after one that left a
+    target modification in ``gbv``'s state differs: tokens per call from these (a renewal
+    approximation, starts taken as uniform) are approximate."""
+    length = int(_validate.count(draft_length, "draft_length", low=1))
+    rho = _ratios(ratios, length)
     if len(rho) < length:
         raise ValueError(f"ratios: a path of {len(rho)} tokens holds no call of L = {length}")
-    windows = np.lib.stride_tricks.sliding_window_view(rho, length)  # [N - L + 1, L]
+    windows = _windows(rho, 1.0)[: len(rho) - length + 1]  # [N - L + 1, L], every window inside the path
     return np.minimum(1.0, np.cumprod(windows, axis=1)).sum(axis=1)
 
 
