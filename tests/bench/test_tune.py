@@ -173,7 +173,14 @@ def test_a_whole_run_on_known_law_models(models):
     assert (report["approximate_ahead"] is None) == (rows[0] is best)
     measured = report["verify"]["rows"]
     assert [m["draft_length"] for m in measured[-3:]] == ["auto", "heuristic", "-"]
-    assert str(rows[0]["draft_length"]) == measured[0]["draft_length"] and len(measured) == 3 + 1 + (rows[0] is not best)
+    assert str(rows[0]["draft_length"]) == measured[0]["draft_length"]
+    # the top setting, then every L of the recommended method (auto's yardstick), then auto, heuristic, ar
+    recommended = report["recommendation"]["method"]
+    same = [m for m in measured[:-3] if m["spec"] == recommended]
+    assert sorted(m["draft_length"] for m in same) == ["1", "2"] and len(measured) == 1 + 2 - (rows[0] is best) + 3
+    check = report["verify"]
+    assert check["auto_vs_best_fixed"] == measured[-3]["tokens_per_second"] / max(m["tokens_per_second"] for m in same)
+    assert check["auto_vs_best_fixed_any_method"] <= check["auto_vs_best_fixed"]
     assert all(m["tokens_per_call"] >= 1 for m in measured) and "error" in measured[0]
 
 
