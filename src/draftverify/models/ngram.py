@@ -94,6 +94,11 @@ class NGramDrafter:
         self._unigram = unigram                                          # [V] float64
         self.discounts = (discount,) + tuple(self._orders[n].discount for n in range(2, order + 1))
 
+    @property
+    def num_ngrams(self) -> int:
+        """How many distinct top-order n-grams the model stores."""
+        return len(self._top_keys)
+
     @classmethod
     def train(cls, token_id_sequences: Iterable[Sequence[int] | np.ndarray], vocab_size: int,
               order: int = 4) -> "NGramDrafter":
