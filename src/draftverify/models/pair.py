@@ -68,9 +68,10 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     ``target``: ``"smollm2"`` or None (the default pair), ``"tiny"`` (the embedded 7M pair), a
     ``.gguf`` file (converted once, see :mod:`.gguf`) or a ``transformers`` folder; the tokenizer
     comes with the target, or from the folder ``tokenizer`` (a ``train-pair`` output keeps it in
-    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the n-gram drafter of the named pair (a file or
-    folder target gets the default pair's: see :func:`load_ngram_draft`), or None for the named pair's own draft (a file or folder target needs one named). Models must be
-    local paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
+    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the named pair's n-gram
+    drafter (a file or folder target gets the default pair's: :func:`load_ngram_draft`), or None
+    for the named pair's own draft (a file or folder target needs one named). Models must be local
+    paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
     ``ValueError``. ``quantize="int8"``: the target's linear and output layers as weight-only int8
     (:class:`.hf.TransformersModel`); the target's law is then the int8 model's.
