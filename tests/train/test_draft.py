@@ -99,11 +99,14 @@ def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_pat
                 teacher=teacher, draft=NGramConfig(order=2), log=lambda _: None)  # a second folder of shards
     record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
                          teacher=teacher, draft=NGramConfig(order=3), extra_shards=(tmp_path / "extra" / "teacher",),
-                         log=lambda _: None)
+                         heldout=tmp_path / "extra" / "teacher", log=lambda _: None)
     assert record["kind"] == "ngram" and record["answers"] == 8 and record["ngrams"] > 0
+    measured = record["heldout_acceptance"]  # (here on training shards: a held-out folder is any shard folder)
+    assert measured["exact"]["positions"] == measured["topk_bound"]["positions"] > 0
+    assert 0 < measured["topk_bound"]["mean"] <= measured["exact"]["mean"] <= 1  # top-4 of a vocabulary of more
     target = TransformersModel.from_pretrained(target_folder)
     assert load_ngram_draft(target, tmp_path / "out").drafter.order == 3
-    with pytest.raises(ValueError, match="extra_shards"):
+    with pytest.raises(ValueError, match="extra_shards, heldout"):
         train_draft(target_folder, tmp_path / "work", tmp_path / "llama", label_minutes=0, train_minutes=0,
                     teacher=teacher, draft=DraftConfig(), extra_shards=(tmp_path / "extra" / "teacher",))
 

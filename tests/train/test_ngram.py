@@ -7,22 +7,31 @@ import pytest
 import torch
 
 from draftverify.models.ngram import NGramDrafter
-from draftverify.train.ngram import NGramConfig, answer_counts, shard_sequences, topk_acceptance, train_ngram
+from draftverify.models.toy import tiny_causal_lm
+from draftverify.train.ngram import (NGramConfig, answer_counts, exact_acceptance, shard_sequences, topk_acceptance,
+                                     train_ngram)
 
 VOCAB = 12
 
 
-def _write_shard(path, sequences, starts, top_k=3, seed=0):
-    """A teacher shard (the layout of :func:`draftverify.train.teacher.label_shards`) with random top-k."""
+def _write_shard(path, sequences, starts, laws=None, top_k=3, seed=0):
+    """A teacher shard (the layout of :func:`draftverify.train.teacher.label_shards`): the top-k of
+    ``laws`` (one [A, V] tensor per sequence) or random top-k with some mass left out."""
     rng = np.random.default_rng(seed)
     lengths = [len(s) - start for s, start in zip(sequences, starts)]
     tokens = np.full((len(sequences), max(map(len, sequences))), -1, dtype=np.int32)
-    for i, s in enumerate(sequences):
+    top_ids = np.zeros((len(sequences), max(lengths), top_k), dtype=np.int32)
+    top_probs = np.zeros((len(sequences), max(lengths), top_k), dtype=np.float16)
+    for i, (s, length) in enumerate(zip(sequences, lengths)):
         tokens[i, : len(s)] = s
-    top_ids = np.stack([[rng.permutation(VOCAB)[:top_k] for _ in range(max(lengths))] for _ in sequences])
-    top_probs = rng.dirichlet(np.ones(top_k + 1), size=top_ids.shape[:2])[..., :top_k]  # some mass left out
+        if laws is None:
+            top_ids[i, :length] = [rng.permutation(VOCAB)[:top_k] for _ in range(length)]
+            top_probs[i, :length] = rng.dirichlet(np.ones(top_k + 1), size=length)[:, :top_k]
+        else:
+            top = torch.topk(laws[i], top_k, -1)
+            top_ids[i, :length], top_probs[i, :length] = top.indices.numpy(), top.values.numpy()
     np.savez(path, tokens=tokens, answer_start=np.array(starts), answer_length=np.array(lengths),
-             top_ids=top_ids.astype(np.int32), top_probs=top_probs.astype(np.float16))
+             top_ids=top_ids, top_probs=top_probs)
 
 
 @pytest.fixture
@@ -70,3 +79,20 @@ def test_the_topk_bound_scores_each_answer_token_after_its_prefix(shards):
     result = topk_acceptance(drafter, shards)
     assert result["positions"] == 8 and result["mean"] == pytest.approx(np.mean(expected), rel=1e-6)
     assert 0 < result["mean"] < 1 and result["stderr"] > 0
+
+
+def test_the_exact_acceptance_is_the_bound_when_the_shards_keep_the_whole_law(shards, tmp_path):
+    target = tiny_causal_lm(VOCAB, width=16, layers=1, dtype=torch.float32).eval()
+    drafter = train_ngram(shards, VOCAB, NGramConfig(order=2))
+    sequences, starts = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 1, 2, 3]], [4, 3]
+    with torch.no_grad():  # the target's law before each answer token
+        laws = [torch.softmax(target(input_ids=torch.tensor([s])).logits[0, start - 1:-1].double(), -1)
+                for s, start in zip(sequences, starts)]                                            # [A, V] each
+    for top_k in (VOCAB, 3):
+        (tmp_path / f"top{top_k}").mkdir()
+        _write_shard(tmp_path / f"top{top_k}" / "shard-00000.npz", sequences, starts, laws, top_k=top_k)
+    exact = exact_acceptance(drafter, target, [tmp_path / f"top{VOCAB}"])
+    assert exact["positions"] == 3 + 2
+    whole = topk_acceptance(drafter, [tmp_path / f"top{VOCAB}"])
+    assert whole["mean"] == pytest.approx(exact["mean"], abs=2e-3)  # all V probabilities: the bound is exact (float16)
+    assert topk_acceptance(drafter, [tmp_path / "top3"])["mean"] < exact["mean"] - 0.01  # a top-3 bound falls short

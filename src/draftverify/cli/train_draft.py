@@ -24,6 +24,8 @@ def train_draft(
     order: Annotated[int, typer.Option(min=1, max=4, help="The n-gram drafter's order (--kind ngram).")] = 4,
     extra_shards: Annotated[list[Path], typer.Option(help="More teacher shard folders the n-gram drafter counts "
                                                           "(--kind ngram; repeatable).", show_default="none")] = [],
+    heldout: Annotated[Path | None, typer.Option(help="Held-out teacher shards the n-gram drafter's acceptance is "
+                                                      "measured on (--kind ngram).", show_default="none")] = None,
 ) -> int:
     """Label chat answers with the target and train a draft on them (resumable)."""
     from ..models.gguf import converted_folder
@@ -36,11 +38,11 @@ def train_draft(
                "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:
         raise ValueError(f"--kind: expected one of {', '.join(configs)}, got {kind!r}")
-    if extra_shards and kind != "ngram":
-        raise ValueError(f"--extra-shards is read by --kind ngram only, not --kind {kind}")
+    if (extra_shards or heldout is not None) and kind != "ngram":
+        raise ValueError(f"--extra-shards and --heldout are read by --kind ngram only, not --kind {kind}")
     folder = converted_folder(None if target == "smollm2" else target)
     record = run(folder, workdir, output, label_minutes=label_minutes, train_minutes=train_minutes,
-                 draft=configs[kind](), extra_shards=tuple(extra_shards))
+                 draft=configs[kind](), extra_shards=tuple(extra_shards), heldout=heldout)
     done = f"{record['ngrams']} n-grams" if kind == "ngram" else f"step {record['last_step'].get('step')}"
     print(f"draft written to {output}: {record['answer_tokens']} answer tokens, {done}")
     return 0

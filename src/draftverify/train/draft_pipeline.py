@@ -22,7 +22,7 @@ import torch
 
 from .draft import DraftConfig, distill_draft, draft_model, load_shards
 from .feature_draft import FeatureDraftConfig, extract_features, load_feature_rows, new_head, train_feature_head
-from .ngram import NGramConfig, answer_counts, train_ngram
+from .ngram import NGramConfig, answer_counts, exact_acceptance, topk_acceptance, train_ngram
 from .teacher import TeacherConfig, chat_prompts, label_shards
 
 __all__ = ["train_draft"]
@@ -31,12 +31,13 @@ __all__ = ["train_draft"]
 def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minutes: float, train_minutes: float,
                 teacher: TeacherConfig = TeacherConfig(),
                 draft: DraftConfig | FeatureDraftConfig | NGramConfig = FeatureDraftConfig(),
-                extra_shards: tuple[Path, ...] = (), log: Callable[[str], None] = print) -> dict:
+                extra_shards: tuple[Path, ...] = (), heldout: Path | None = None,
+                log: Callable[[str], None] = print) -> dict:
     """Run both stages for the target in ``target_folder`` (a transformers folder with its chat
     tokenizer) and write the draft to ``output``: a feature draft for a :class:`FeatureDraftConfig`,
     a small Llama for a :class:`DraftConfig`, an n-gram drafter for an :class:`NGramConfig` (counted
-    on ``workdir``'s shards and those of the folders ``extra_shards``). Returns what
-    ``training.json`` records."""
+    on ``workdir``'s shards and those of the folders ``extra_shards``, and measured on the shards
+    of ``heldout`` if named: :mod:`.ngram`). Returns what ``training.json`` records."""
     from ..models.hf import TransformersModel
 
     began = time.time()
@@ -45,9 +46,9 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                           deadline=time.time() + label_minutes * 60)
     log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
     if isinstance(draft, NGramConfig):
-        return _count_ngrams(target, (workdir / "teacher", *extra_shards), output, teacher, draft, log)
-    if extra_shards:
-        raise ValueError("extra_shards: only the n-gram drafter reads other shard folders (draft is "
+        return _count_ngrams(target, (workdir / "teacher", *extra_shards), heldout, output, teacher, draft, log)
+    if extra_shards or heldout is not None:
+        raise ValueError("extra_shards, heldout: only the n-gram drafter reads other shard folders (draft is "
                          f"a {type(draft).__name__})")
     deadline = time.time() + train_minutes * 60
     if isinstance(draft, FeatureDraftConfig):
@@ -74,9 +75,9 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     return record
 
 
-def _count_ngrams(target, folders: tuple[Path, ...], output: Path, teacher: TeacherConfig, config: NGramConfig,
-                  log: Callable[[str], None]) -> dict:
-    """The n-gram branch of :func:`train_draft`: count, save, record, load back."""
+def _count_ngrams(target, folders: tuple[Path, ...], heldout: Path | None, output: Path, teacher: TeacherConfig,
+                  config: NGramConfig, log: Callable[[str], None]) -> dict:
+    """The n-gram branch of :func:`train_draft`: count, save, measure, record, load back."""
     from ..models.pair import load_ngram_draft
 
     began = time.perf_counter()
@@ -87,8 +88,13 @@ def _count_ngrams(target, folders: tuple[Path, ...], output: Path, teacher: Teac
     record = {"kind": "ngram", "teacher": asdict(teacher), "draft": asdict(config),
               "shard_folders": [str(folder) for folder in folders], "answers": answers,
               "answer_tokens": answer_tokens, "ngrams": drafter.num_ngrams, "seconds": round(seconds, 1)}
-    (output / "training.json").write_text(json.dumps(record, indent=2) + "\n")
     log(f"n-gram: order {config.order}, {drafter.num_ngrams} n-grams from {answer_tokens} answer tokens "
         f"in {seconds:.1f} s")
+    if heldout is not None:
+        record["heldout"] = str(heldout)
+        record["heldout_acceptance"] = {"exact": exact_acceptance(drafter, target.model, [heldout]),
+                                        "topk_bound": topk_acceptance(drafter, [heldout])}
+        log(f"n-gram: held-out acceptance {record['heldout_acceptance']}")
+    (output / "training.json").write_text(json.dumps(record, indent=2) + "\n")
     load_ngram_draft(target, output)  # it loads back, with the target's vocabulary
     return record

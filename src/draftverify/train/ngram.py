@@ -6,15 +6,15 @@ A draft is accepted where it agrees with the target on the target's text, so the
 the n-grams whose last token is an answer token (each answer with the ``order - 1`` prompt tokens
 before it, the chat template's ``assistant`` header); ``prompts=True`` counts whole sequences.
 
-Held-out acceptance without the target: the shards keep the target's top-k probabilities at each
-answer position, so ``sum_{x in top-k} min(T(x), D(x))`` is a lower bound of the acceptance
-``sum_x min(T(x), D(x))`` of speculative sampling at that position (Leviathan et al. 2023, section
-3.5), short by at most the target's mass outside its top k.
+Held-out acceptance, teacher-forced on the target's answers in held-out shards: exactly, the
+acceptance ``sum_x min(T(x), D(x))`` of speculative sampling at each answer position (Leviathan et
+al. 2023, section 3.5) with the target run over the sequences (:func:`exact_acceptance`); without
+the target, from the top-k probabilities the shards keep, ``sum_{x in top-k} min(T(x), D(x))``, a
+lower bound short by at most the target's mass outside its top k (:func:`topk_acceptance`).
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -24,8 +24,9 @@ import torch
 
 from ..formulas import overlap
 from ..models.ngram import NGramDrafter
+from .measure import _summary, acceptance, teacher_forced_probs
 
-__all__ = ["NGramConfig", "answer_counts", "shard_sequences", "topk_acceptance", "train_ngram"]
+__all__ = ["NGramConfig", "answer_counts", "exact_acceptance", "shard_sequences", "topk_acceptance", "train_ngram"]
 
 
 @dataclass(frozen=True)
@@ -71,19 +72,37 @@ def train_ngram(folders: Sequence[Path], vocab_size: int, config: NGramConfig = 
     return NGramDrafter.train(sequences, vocab_size, order=config.order)
 
 
-def topk_acceptance(drafter: NGramDrafter, folders: Sequence[Path]) -> dict:
-    """Teacher-forced lower bound of the acceptance at each answer position of the shards in
-    ``folders`` (module doc): mean, standard error, positions."""
-    values: list[float] = []
+def _answers(folders: Sequence[Path]) -> Iterator[tuple[list[int], int, np.ndarray, np.ndarray]]:
+    """(prompt and answer tokens, answer start, top ids [A, k], top probabilities [A, k]) per answer."""
     for path in _shards(folders):
         with np.load(path) as data:
             tokens, starts, lengths = data["tokens"], data["answer_start"], data["answer_length"]
             top_ids, top_probs = data["top_ids"], data["top_probs"]
         for b, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
-            row = tokens[b].tolist()
-            draft_probs = drafter.next_token_probs([row[:start + j] for j in range(length)])        # [A, V]
-            ids = torch.from_numpy(top_ids[b, :length].astype(np.int64))                           # [A, k]
-            target_top = torch.from_numpy(top_probs[b, :length].astype(np.float32))                # [A, k]
-            values += overlap(target_top, draft_probs.gather(1, ids)).tolist()
-    return {"mean": statistics.fmean(values), "stderr": statistics.stdev(values) / len(values) ** 0.5,
-            "positions": len(values)}
+            yield tokens[b, :start + length].tolist(), start, top_ids[b, :length], top_probs[b, :length]
+
+
+def _draft_probs(drafter: NGramDrafter, tokens: list[int], start: int) -> torch.Tensor:
+    """``[A, V]``: the drafter's law before each answer token."""
+    return drafter.next_token_probs([tokens[:j] for j in range(start, len(tokens))])
+
+
+def topk_acceptance(drafter: NGramDrafter, folders: Sequence[Path]) -> dict:
+    """Teacher-forced lower bound of the acceptance at each answer position of the shards in
+    ``folders`` from the stored top-k (module doc): mean, standard error, positions."""
+    values: list[float] = []
+    for tokens, start, top_ids, top_probs in _answers(folders):
+        draft_at = _draft_probs(drafter, tokens, start).gather(1, torch.from_numpy(top_ids.astype(np.int64)))  # [A, k]
+        values += overlap(torch.from_numpy(top_probs.astype(np.float32)), draft_at).tolist()
+    return _summary(values)
+
+
+def exact_acceptance(drafter: NGramDrafter, target, folders: Sequence[Path]) -> dict:
+    """Teacher-forced acceptance at each answer position of the shards in ``folders``, the target
+    (a ``transformers`` causal LM) run over each sequence at temperature 1: mean, standard error,
+    positions."""
+    values: list[float] = []
+    for tokens, start, _, _ in _answers(folders):
+        target_probs = teacher_forced_probs(target, tokens[:start], tokens[start:])      # [A, V]
+        values += acceptance(target_probs, _draft_probs(drafter, tokens, start)).tolist()
+    return _summary(values)
