@@ -63,3 +63,6 @@ def test_bad_draft_kinds_fail_when_the_settings_are_built():
     assert speed.SpeedSettings(target="tiny").models.drafts == ("draft", "assistant", "ngram")
     assert speed.SpeedSettings(target="tiny", no_ngram=True).models.drafts == ("draft", "assistant")
     assert speed.SpeedSettings(tiny=True, ngram="folder").models.drafts == ("draft",)
+    for named in (None, "smollm2"):  # the default pair ships its own n-gram drafter
+        assert speed.SpeedSettings(target=named).models.drafts == ("draft", "assistant", "ngram")
+    assert speed.SpeedSettings(target="folder", draft="d").models.drafts == ("draft", "assistant")  # none of its own

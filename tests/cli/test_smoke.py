@@ -106,6 +106,8 @@ SLOW = [
     (["train-draft", "--label-minutes", "0", "--train-minutes", "0", "--steps", "1", "--target", "smollm2", "--kind", "llama",
       "--output", "{tmp}/draft", "--workdir", "{tmp}/draft-work"], 2),  # no teacher shards yet: a clear error
     (["train-draft", "--kind", "eagle", "--label-minutes", "0"], 2),  # an unknown kind: a clear error
+    (["train-draft", "--kind", "llama", "--extra-shards", "{tmp}", "--heldout", "{tmp}", "--label-minutes", "0"], 2),  # n-gram only
+    (["train-draft", "--kind", "ngram", "--order", "5", "--label-minutes", "0"], 2),  # 49152^5 codes overflow int64
     (["train-pair", "--quick", "--workdir", "{tmp}/train", "--output", "{tmp}/pair", "--seed", "0", "--steps", "2",
       "--distill-steps", "1"], 0),
     (["train-pair", "--quick", "--workdir", "{tmp}/train-minutes", "--minutes", "0.01"], 0),

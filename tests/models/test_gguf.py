@@ -96,3 +96,17 @@ def test_the_default_pair_decodes_eight_seeded_tokens():
     runs = [draftverify.generate(pair.target, pair.draft, prompt, "bv", max_new_tokens=8, seed=3,
                                  tokenizer=pair.tokenizer) for _ in range(2)]
     assert len(runs[0].tokens) == 8 and runs[0].tokens == runs[1].tokens
+
+
+@pytest.mark.slow
+def test_the_default_pair_has_its_own_ngram_draft():
+    import draftverify
+    from draftverify.models.chat import encode_prompt
+    from draftverify.models.pair import NGramModel
+
+    pair = draftverify.load_pair(draft="ngram")
+    assert isinstance(pair.draft, NGramModel) and pair.draft.vocab_size == pair.target.vocab_size == 49152
+    assert pair.draft.eos_token_id == pair.target.eos_token_id
+    prompt = encode_prompt(pair.tokenizer, "Write a Python function that adds two numbers.")
+    result = draftverify.generate(pair.target, pair.draft, prompt, "sd", max_new_tokens=8, seed=3, tokenizer=pair.tokenizer)
+    assert len(result.tokens) == 8

@@ -118,3 +118,17 @@ def test_bad_input(drafter, tmp_path):
         NGramDrafter.train([[0, 1]], vocab_size=5, order=3)
     with pytest.raises(FileNotFoundError):
         NGramDrafter.load(tmp_path / "missing")
+
+
+def test_codes_use_the_whole_int64_range(tmp_path):
+    vocab = 49152  # the default pair's: 49152^4 < 2^63, so order 4 fits
+    top = vocab - 1
+    drafter = NGramDrafter.train([[top] * 4] * 3 + [[1, 2, 3, 4]], vocab_size=vocab, order=4)  # the largest code
+    drafter.save(tmp_path / "big")
+    loaded = NGramDrafter.load(tmp_path / "big")
+    contexts = [[top, top, top], [1, 2, 3]]
+    probs = loaded.next_token_probs(contexts)
+    torch.testing.assert_close(probs, drafter.next_token_probs(contexts), atol=0, rtol=0)
+    assert probs[0, top] > 0.6  # (3 - D) / 3 with D = 1: the largest code was counted and found
+    with pytest.raises(ValueError, match="int64"):
+        NGramDrafter.train([[0, 1, 2, 3]], vocab_size=1 << 16, order=4)  # 2^64 codes

@@ -8,7 +8,7 @@ import torch
 from draftverify.engine import generate
 from draftverify.models import pair as pair_module
 from draftverify.models.ngram import NGramDrafter
-from draftverify.models.pair import NGramModel, load_pair
+from draftverify.models.pair import NGramModel, load_ngram_draft, load_pair
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 
 
@@ -53,6 +53,29 @@ def test_embedded_layout_and_ngram_draft(folders, monkeypatch):
     assert load_pair("tiny").draft_name == "draft"
 
 
+def test_the_default_pair_and_a_gguf_target_pick_the_default_pair_ngram(folders, monkeypatch, tmp_path):
+    from draftverify.models import gguf
+
+    tokenizer = char_tokenizer()
+    NGramDrafter.train([tokenizer.encode("return a + b\n")], len(tokenizer), order=2).save(tmp_path / "smollm2-ngram")
+    monkeypatch.setattr(gguf, "converted_folder", lambda path=None: folders / "target")  # a smollm2-like target
+    monkeypatch.setattr(pair_module, "SMOLLM2_NGRAM", tmp_path / "smollm2-ngram")
+    monkeypatch.setattr(pair_module, "ASSETS", folders)
+    for target in (None, "smollm2", tmp_path / "model.gguf"):
+        pair = load_pair(target, "ngram")
+        assert pair.draft_name == "ngram" and pair.draft.drafter.order == 2  # the default pair's, not the tiny one
+    assert load_pair("tiny", "ngram").draft.drafter.order == 3
+    assert load_ngram_draft(pair.target).drafter.order == 2
+    assert load_ngram_draft(pair.target, target_name="tiny").drafter.order == 3
+
+
+def test_the_shipped_default_pair_ngram_speaks_its_vocabulary():
+    drafter = NGramDrafter.load(pair_module.SMOLLM2_NGRAM)
+    assert drafter.vocab_size == 49152 and drafter.order == 4  # SmolLM2's tokenizer
+    probs = drafter.next_token_probs([[1, 2, 3]])
+    assert probs.shape == (1, 49152) and abs(float(probs.sum()) - 1) < 1e-4
+
+
 def test_vocabulary_mismatch_is_a_value_error(folders):
     with pytest.raises(ValueError, match="vocabulary"):
         load_pair(folders / "target", folders / "wide")
@@ -78,6 +101,5 @@ def test_missing_files_are_file_not_found(folders, tmp_path, monkeypatch):
 def test_named_pairs_and_drafts_that_do_not_fit(folders, monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="no draft of its own"):
         load_pair(folders / "target")
-    monkeypatch.setattr(pair_module, "ASSETS", folders)
-    with pytest.raises(ValueError, match="vocabulary"):  # the n-gram drafter speaks the tiny pair's vocabulary
+    with pytest.raises(ValueError, match="vocabulary"):  # a folder target gets the default pair's n-gram drafter
         load_pair(folders / "wide", "ngram", tokenizer=folders / "tokenizer")

@@ -88,6 +88,29 @@ def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, t
     assert isinstance(draft, FeatureDraft) and len(draft.vocab) == 12
 
 
+def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_path, monkeypatch):
+    from draftverify.models.pair import load_ngram_draft
+    from draftverify.train import draft_pipeline
+    from draftverify.train.ngram import NGramConfig
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    train_draft(target_folder, tmp_path / "extra", tmp_path / "unused", label_minutes=1, train_minutes=0,
+                teacher=teacher, draft=NGramConfig(order=2), log=lambda _: None)  # a second folder of shards
+    record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
+                         teacher=teacher, draft=NGramConfig(order=3), extra_shards=(tmp_path / "extra" / "teacher",),
+                         heldout=tmp_path / "extra" / "teacher", log=lambda _: None)
+    assert record["kind"] == "ngram" and record["answers"] == 8 and record["ngrams"] > 0
+    measured = record["heldout_acceptance"]  # (here on training shards: a held-out folder is any shard folder)
+    assert measured["exact"]["positions"] == measured["topk_bound"]["positions"] > 0
+    assert 0 < measured["topk_bound"]["mean"] <= measured["exact"]["mean"] <= 1  # top-4 of a vocabulary of more
+    target = TransformersModel.from_pretrained(target_folder)
+    assert load_ngram_draft(target, tmp_path / "out").drafter.order == 3
+    with pytest.raises(ValueError, match="extra_shards, heldout"):
+        train_draft(target_folder, tmp_path / "work", tmp_path / "llama", label_minutes=0, train_minutes=0,
+                    teacher=teacher, draft=DraftConfig(), extra_shards=(tmp_path / "extra" / "teacher",))
+
+
 def test_the_subset_is_the_most_frequent_answer_tokens():
     rows = [(np.array([9, 9, 1, 1, 1, 4, 2]), 2, None, None), (np.array([5, 4, 4, 3]), 1, None, None)]
     assert frequent_tokens(rows, 2, 10).tolist() == [1, 4]  # 1: three times, 4: three times, 2 3: once

@@ -59,5 +59,5 @@ def load_models(settings: ModelSettings) -> tuple[Any, dict[str, Any], Any]:
     if "assistant" in settings.drafts:
         drafts["assistant"] = load_assistant(pair, settings.target)
     if "ngram" in settings.drafts:
-        drafts["ngram"] = load_ngram_draft(pair.target, settings.ngram)
+        drafts["ngram"] = load_ngram_draft(pair.target, settings.ngram, target_name=settings.target)
     return pair.target, drafts, pair.tokenizer

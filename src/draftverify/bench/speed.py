@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from ..engine import AR
+from ..models.pair import PAIRS
 from ..tables import table_of
 from ..theory import speedup
 from ..verify import verifiers
@@ -95,10 +96,10 @@ class SpeedSettings:
     @property
     def models(self) -> ModelSettings:
         """The target, its draft, the transformers draft of assisted generation (not with ``tiny``),
-        and the n-gram drafter unless ``no_ngram`` or ``tiny`` drop it: the shipped one is the tiny
-        pair's, loaded with ``target="tiny"`` or a named ``ngram``."""
+        and the n-gram drafter unless ``no_ngram`` or ``tiny`` drop it: a named pair's own (the
+        default pair's or the tiny pair's) or a named ``ngram``."""
         kinds = ("draft",) if self.tiny else ("draft", "assistant")
-        if not (self.no_ngram or self.tiny) and (self.ngram is not None or self.target == "tiny"):
+        if not (self.no_ngram or self.tiny) and (self.ngram is not None or self.target in (None, *PAIRS)):
             kinds += ("ngram",)
         return ModelSettings(target=self.target, draft=self.draft, ngram=self.ngram, tiny=self.tiny, drafts=kinds,
                              quantize=self.quantize)

@@ -37,7 +37,7 @@ def generate(
     seed: Seed = 0,
     target: TargetFolder = None,
     draft: Annotated[str | None, typer.Option(help="Draft model folder (a local transformers model), or 'ngram' "
-                                              "with --target tiny.", show_default="the named target's own draft")] = None,
+                                              "(the named pair's n-gram drafter).", show_default="the named target's own draft")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder, e.g. the tokenizer/ of a train-pair "
                                                   "output.", show_default="the target's folder")] = None,
     chat: Annotated[bool | None, typer.Option("--chat/--no-chat", help="Send the prompt as a user message in the "

@@ -19,19 +19,30 @@ def train_draft(
     train_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the distillation.")] = 35.0,
     steps: Annotated[int, typer.Option(min=1, help="Training steps (the learning-rate schedule's length).")] = 3000,
     kind: Annotated[str, typer.Option(help="'feature': a one-layer head on the target's hidden states (EAGLE); "
-                                           "'llama': a small Llama distilled on the answers.")] = "feature",
+                                           "'llama': a small Llama distilled on the answers; 'ngram': an "
+                                           "n-gram drafter counted on the answers.")] = "feature",
+    order: Annotated[int, typer.Option(min=1, max=4, help="The n-gram drafter's order (--kind ngram).")] = 4,
+    extra_shards: Annotated[list[Path], typer.Option(help="More teacher shard folders the n-gram drafter counts "
+                                                          "(--kind ngram; repeatable).", show_default="none")] = [],
+    heldout: Annotated[Path | None, typer.Option(help="Held-out teacher shards the n-gram drafter's acceptance is "
+                                                      "measured on (--kind ngram).", show_default="none")] = None,
 ) -> int:
     """Label chat answers with the target and train a draft on them (resumable)."""
     from ..models.gguf import converted_folder
     from ..train.draft import DraftConfig
     from ..train.draft_pipeline import train_draft as run
     from ..train.feature_draft import FeatureDraftConfig
+    from ..train.ngram import NGramConfig
 
-    configs = {"feature": FeatureDraftConfig, "llama": DraftConfig}
+    configs = {"feature": lambda: FeatureDraftConfig(steps=steps), "llama": lambda: DraftConfig(steps=steps),
+               "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:
         raise ValueError(f"--kind: expected one of {', '.join(configs)}, got {kind!r}")
+    if (extra_shards or heldout is not None) and kind != "ngram":
+        raise ValueError(f"--extra-shards and --heldout are read by --kind ngram only, not --kind {kind}")
     folder = converted_folder(None if target == "smollm2" else target)
     record = run(folder, workdir, output, label_minutes=label_minutes, train_minutes=train_minutes,
-                 draft=configs[kind](steps=steps))
-    print(f"draft written to {output}: {record['answer_tokens']} answer tokens, step {record['last_step'].get('step')}")
+                 draft=configs[kind](), extra_shards=tuple(extra_shards), heldout=heldout)
+    done = f"{record['ngrams']} n-grams" if kind == "ngram" else f"step {record['last_step'].get('step')}"
+    print(f"draft written to {output}: {record['answer_tokens']} answer tokens, {done}")
     return 0

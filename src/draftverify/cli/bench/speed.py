@@ -22,7 +22,7 @@ def speed(
     seed: Seed = 0,
     target: TargetFolder = None,
     draft: DraftFolder = None,
-    ngram: Annotated[str | None, typer.Option(help="n-gram drafter folder.", show_default="the embedded pair")] = None,
+    ngram: Annotated[str | None, typer.Option(help="n-gram drafter folder.", show_default="the named pair's own")] = None,
     no_ngram: Annotated[bool, typer.Option("--no-ngram", help="Skip the n-gram drafter rows.")] = False,
     multi: Annotated[int, typer.Option(min=0, help="K of the extra multi-draft rows (kseq), 0 to skip them.")] = 4,
     tiny: Annotated[bool, typer.Option("--tiny", help="Tiny random models (a smoke run without the pair).")] = False,
