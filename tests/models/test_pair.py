@@ -53,7 +53,7 @@ def test_embedded_layout_and_ngram_draft(folders, monkeypatch):
     assert load_pair("tiny").draft_name == "draft"
 
 
-def test_the_default_pair_and_a_gguf_target_pick_the_default_pair_ngram(folders, monkeypatch, tmp_path):
+def test_named_pairs_pick_their_own_ngram_file_and_folder_targets_name_one(folders, monkeypatch, tmp_path):
     from draftverify.models import gguf
 
     tokenizer = char_tokenizer()
@@ -61,12 +61,18 @@ def test_the_default_pair_and_a_gguf_target_pick_the_default_pair_ngram(folders,
     monkeypatch.setattr(gguf, "converted_folder", lambda path=None: folders / "target")  # a smollm2-like target
     monkeypatch.setattr(pair_module, "SMOLLM2_NGRAM", tmp_path / "smollm2-ngram")
     monkeypatch.setattr(pair_module, "ASSETS", folders)
-    for target in (None, "smollm2", tmp_path / "model.gguf"):
+    for target in (None, "smollm2"):
         pair = load_pair(target, "ngram")
         assert pair.draft_name == "ngram" and pair.draft.drafter.order == 2  # the default pair's, not the tiny one
     assert load_pair("tiny", "ngram").draft.drafter.order == 3
     assert load_ngram_draft(pair.target).drafter.order == 2
     assert load_ngram_draft(pair.target, target_name="tiny").drafter.order == 3
+    # a file or folder target has no n-gram drafter of its own: it names one's folder (load_draft reads it)
+    for target in (tmp_path / "model.gguf", folders / "target"):
+        with pytest.raises(ValueError, match="no n-gram drafter of its own: name one's folder"):
+            load_pair(target, "ngram")
+    named = load_pair(folders / "target", tmp_path / "smollm2-ngram")
+    assert isinstance(named.draft, NGramModel) and named.draft.drafter.order == 2
 
 
 def test_the_shipped_default_pair_ngram_speaks_its_vocabulary():
@@ -101,5 +107,5 @@ def test_missing_files_are_file_not_found(folders, tmp_path, monkeypatch):
 def test_named_pairs_and_drafts_that_do_not_fit(folders, monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="no draft of its own"):
         load_pair(folders / "target")
-    with pytest.raises(ValueError, match="vocabulary"):  # a folder target gets the default pair's n-gram drafter
-        load_pair(folders / "wide", "ngram", tokenizer=folders / "tokenizer")
+    with pytest.raises(ValueError, match="vocabulary"):  # a folder target with an n-gram drafter of another vocabulary
+        load_pair(folders / "wide", folders / "ngram", tokenizer=folders / "tokenizer")

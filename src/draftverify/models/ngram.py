@@ -32,6 +32,11 @@ import torch
 _FILE = "ngram.npz"
 
 
+def is_ngram_drafter(path: str | Path) -> bool:
+    """Whether folder ``path`` holds an n-gram drafter (:meth:`NGramDrafter.save`)."""
+    return (Path(path) / _FILE).is_file()
+
+
 def _discount(counts: np.ndarray) -> float:
     """Ney's absolute discount n1 / (n1 + 2 n2) from the counts of one order."""
     n1, n2 = int(np.sum(counts == 1)), int(np.sum(counts == 2))

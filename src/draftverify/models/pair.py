@@ -107,12 +107,15 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
 
 
 def load_draft(folder: str | Path, target: TransformersModel) -> LanguageModel:
-    """The draft in ``folder`` for ``target``: a feature draft (:mod:`.feature_draft`) or a
-    ``transformers`` model."""
+    """The draft in ``folder`` for ``target``: a feature draft (:mod:`.feature_draft`), an n-gram
+    drafter (:meth:`.ngram.NGramDrafter.save`) or a ``transformers`` model."""
     from .feature_draft import FeatureDraft, is_feature_draft
+    from .ngram import NGramDrafter, is_ngram_drafter
 
     if is_feature_draft(folder):
         return FeatureDraft.from_folder(folder, target)
+    if is_ngram_drafter(folder):
+        return NGramModel(NGramDrafter.load(folder), target.eos_token_id)
     return TransformersModel.from_pretrained(folder)
 
 
@@ -132,11 +135,15 @@ def load_ngram_draft(target: TransformersModel, path: str | Path | None = None, 
                      target_name: str | Path | None = None) -> NGramModel:
     """The n-gram drafter in folder ``path``, checked against ``target``'s vocabulary. ``path``
     None: the named pair's own, ``target_name`` being the target as :func:`load_pair` takes it:
-    the tiny pair's for ``"tiny"``, else the default pair's (``assets/smollm2/ngram``; a file or
-    folder target must then speak SmolLM2's vocabulary)."""
+    the tiny pair's for ``"tiny"``, the default pair's (``assets/smollm2/ngram``) for None or
+    ``"smollm2"``; a file or folder target has none of its own (``ValueError``: a drafter stores no
+    tokenizer, so one of the same vocabulary size could not be told apart; name its folder)."""
     from .ngram import NGramDrafter
 
     if path is None:
+        if target_name is not None and str(target_name) not in ("tiny", "smollm2"):
+            raise ValueError(f"target {str(target_name)!r} has no n-gram drafter of its own: name one's folder "
+                             "(draft=FOLDER, or --ngram FOLDER in the benchmarks)")
         path = _embedded("ngram") if str(target_name) == "tiny" else SMOLLM2_NGRAM
     draft = NGramModel(NGramDrafter.load(path), target.eos_token_id)
     _check_same_vocabulary(target, draft, "ngram")
