@@ -14,7 +14,7 @@ recommend one, and (``verify``) measure the best few beside the prediction.
    acceptance along target prefixes (biased: an accepted draft prefix does not follow the target; for
    ``sd`` both are printed, the gap is that bias). Standard errors are over prompts.
 3. Costs (:class:`draftverify.theory.tuning.StepCosts`): the model calls as ``bench model-cost``
-   measures them (:func:`.model_cost.call_costs`: a step's L draft forwards on K rows with one crop
+   measures them (:func:`.model_cost.call_costs`, every L interleaved: a step's L draft forwards on K rows with one crop
    after them, a target call scoring K drafts of L tokens, cache upkeep included), the verifier's own
    time on the pass's distributions, and what the engine spends beside them, from a short decoding
    at each L (the first method of each K): the rest of a step as a line a + b L (first call on the
@@ -318,16 +318,14 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompts: list[lis
     """Step 3 of the module doc. ``target_rows`` [L + 1, V], ``draft_rows`` [L, V]: distributions of
     the pass, on which each verifier is timed with drafts sampled from them."""
     draft_seconds, target_seconds = {}, {}
+    lengths = list(range(1, settings.max_draft_length + 1))
     for k in sorted({k for _, k in settings.settings()}):
-        target_seconds[k] = [0.0] * (settings.max_draft_length + 1)
-        draft_seconds[k] = [0.0] * (settings.max_draft_length + 1)
-        for length in range(1, settings.max_draft_length + 1):
-            costs = call_costs({"pair": (target, draft)}, prompts[0], repeats=settings.repeats,
-                               draft_lengths=[length], accepted=length // 2, num_drafts=k, seed=settings.seed)["pair"]
-            target_seconds[k][length] = costs[f"target_{length + 1}"]
-            target_seconds[k][0] = costs["target_1"]
-            draft_seconds[k][length] = costs[f"draft_phase_{length}"]
-            draft_seconds[k][0] = costs["draft_1"]
+        # every L in one run, calls interleaved round by round: a transient slows every L alike
+        # instead of one L's block of repeats (it had priced one L a third above its neighbours)
+        costs = call_costs({"pair": (target, draft)}, prompts[0], repeats=settings.repeats, draft_lengths=lengths,
+                           accepted=1, num_drafts=k, seed=settings.seed)["pair"]
+        target_seconds[k] = [costs["target_1"]] + [costs[f"target_{length + 1}"] for length in lengths]
+        draft_seconds[k] = [costs["draft_1"]] + [costs[f"draft_phase_{length}"] for length in lengths]
     generator = torch.Generator().manual_seed(settings.seed)
     verify_seconds = {(method, k, length): _time_verifier(method, k, length, target_rows, draft_rows, settings, generator)
                       for method, k in settings.settings() for length in range(1, settings.max_draft_length + 1)}
