@@ -74,7 +74,8 @@ def acceptance(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.T
     return overlap(target_probs, draft_probs.to(target_probs.dtype))
 
 
-def _summary(values: list[float]) -> dict:
+def mean_and_stderr(values: list[float]) -> dict:
+    """Mean, count (``positions``) and standard error of the mean of per-position values."""
     return {"mean": statistics.fmean(values), "positions": len(values),
             "stderr": statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0}
 
@@ -101,7 +102,7 @@ def measure_acceptance(target, drafts: dict, ngram, tokenizer, prompts: list[str
         ngram_probs = ngram.next_token_probs(
             [sequence[:len(prompt_ids) + i] for i in range(len(tokens))])
         per_position["ngram"] += acceptance(target_probs, ngram_probs).tolist()
-    result = {name: _summary(values) for name, values in per_position.items()}
+    result = {name: mean_and_stderr(values) for name, values in per_position.items()}
     result["prompts"], result["truncated_prompts"] = len(prompts), truncated
     return result
 

@@ -24,7 +24,7 @@ import torch
 
 from ..formulas import overlap
 from ..models.ngram import NGramDrafter
-from .measure import _summary, acceptance, teacher_forced_probs
+from .measure import acceptance, mean_and_stderr, teacher_forced_probs
 
 __all__ = ["NGramConfig", "answer_counts", "exact_acceptance", "shard_sequences", "topk_acceptance", "train_ngram"]
 
@@ -94,7 +94,7 @@ def topk_acceptance(drafter: NGramDrafter, folders: Sequence[Path]) -> dict:
     for tokens, start, top_ids, top_probs in _answers(folders):
         draft_at = _draft_probs(drafter, tokens, start).gather(1, torch.from_numpy(top_ids.astype(np.int64)))  # [A, k]
         values += overlap(torch.from_numpy(top_probs.astype(np.float32)), draft_at).tolist()
-    return _summary(values)
+    return mean_and_stderr(values)
 
 
 def exact_acceptance(drafter: NGramDrafter, target, folders: Sequence[Path]) -> dict:
@@ -105,4 +105,4 @@ def exact_acceptance(drafter: NGramDrafter, target, folders: Sequence[Path]) -> 
     for tokens, start, _, _ in _answers(folders):
         target_probs = teacher_forced_probs(target, tokens[:start], tokens[start:])      # [A, V]
         values += acceptance(target_probs, _draft_probs(drafter, tokens, start)).tolist()
-    return _summary(values)
+    return mean_and_stderr(values)
