@@ -77,7 +77,7 @@ FAST = [
 SLOW = [
     (["demo", "--max-new-tokens", "2", "--samples", "2"], 0),
     (["generate", "def add(a, b):", "--method", "kseq(K=2)", "--max-new-tokens", "3", *EMBEDDED[:1], "--draft",
-      "ngram", "--tokenizer", str(ASSETS / "tokenizer")], 0),
+      str(ASSETS / "ngram"), "--tokenizer", str(ASSETS / "tokenizer")], 0),  # a folder target names its n-gram
     (["bench", "speed", "--num-prompts", "1", "--max-new-tokens", "2", "--temperature", "1", "--draft-length", "2",
       "--seed", "0", "--target", "tiny", "--ngram", str(ASSETS / "ngram"), "--multi", "0", "--threads", "1", "--batch", "0",
       "--json", "{tmp}/speed.json"], 0),

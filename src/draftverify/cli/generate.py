@@ -36,8 +36,8 @@ def generate(
                                             show_default="none")] = [],
     seed: Seed = 0,
     target: TargetFolder = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model folder (a local transformers model), or 'ngram' "
-                                              "(the named pair's n-gram drafter).", show_default="the named target's own draft")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft folder (a transformers model, a feature draft or an "
+                                              "n-gram drafter), or 'ngram': the named pair's own n-gram drafter.", show_default="the named target's own draft")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder, e.g. the tokenizer/ of a train-pair "
                                                   "output.", show_default="the target's folder")] = None,
     chat: Annotated[bool | None, typer.Option("--chat/--no-chat", help="Send the prompt as a user message in the "
