@@ -69,7 +69,7 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     ``.gguf`` file (converted once, see :mod:`.gguf`) or a ``transformers`` folder; the tokenizer
     comes with the target, or from the folder ``tokenizer`` (a ``train-pair`` output keeps it in
     ``tokenizer/`` beside ``target/``). ``draft``: a folder, ``"ngram"`` for the named pair's n-gram
-    drafter (a file or folder target gets the default pair's: :func:`load_ngram_draft`), or None
+    drafter (a file or folder target names its drafter's folder instead: :func:`load_ngram_draft`), or None
     for the named pair's own draft (a file or folder target needs one named). Models must be local
     paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
@@ -110,12 +110,12 @@ def load_draft(folder: str | Path, target: TransformersModel) -> LanguageModel:
     """The draft in ``folder`` for ``target``: a feature draft (:mod:`.feature_draft`), an n-gram
     drafter (:meth:`.ngram.NGramDrafter.save`) or a ``transformers`` model."""
     from .feature_draft import FeatureDraft, is_feature_draft
-    from .ngram import NGramDrafter, is_ngram_drafter
+    from .ngram import is_ngram_drafter
 
     if is_feature_draft(folder):
         return FeatureDraft.from_folder(folder, target)
     if is_ngram_drafter(folder):
-        return NGramModel(NGramDrafter.load(folder), target.eos_token_id)
+        return load_ngram_draft(target, folder)
     return TransformersModel.from_pretrained(folder)
 
 
@@ -141,7 +141,7 @@ def load_ngram_draft(target: TransformersModel, path: str | Path | None = None, 
     from .ngram import NGramDrafter
 
     if path is None:
-        if target_name is not None and str(target_name) not in ("tiny", "smollm2"):
+        if target_name is not None and str(target_name) not in PAIRS:
             raise ValueError(f"target {str(target_name)!r} has no n-gram drafter of its own: name one's folder "
                              "(draft=FOLDER, or --ngram FOLDER in the benchmarks)")
         path = _embedded("ngram") if str(target_name) == "tiny" else SMOLLM2_NGRAM
