@@ -24,7 +24,7 @@ def test_the_ngram_drafter_alone_loads_without_the_transformer_draft():
     (dict(drafts=("draft", "lstm")), "drafts: expected kinds among draft, ngram, assistant, got draft, lstm"),
     (dict(drafts=()), "drafts: expected kinds among draft, ngram, assistant, got none"),
     (dict(drafts=("ngram",), tiny=True), "the tiny models have no n-gram drafter"),
-    (dict(quantize="int4"), "quantize must be None or 'int8', got 'int4'"),
+    (dict(quantize="int4"), "quantize must be None or one of"),
 ])
 def test_bad_settings_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):

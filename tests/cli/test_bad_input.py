@@ -8,6 +8,7 @@ import re
 import pytest
 
 from draftverify.cli import main
+from draftverify.models.panel_mm import kernel
 
 CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_probs, array([-1])
 
@@ -24,6 +25,7 @@ CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_prob
         (["bench", "decode", "--out", "/dev/null"], "bench decode", ["--out", "is a file"]),
         (["bench", "model-cost", "--accepted", "5"], "bench model-cost", ["--accepted", "--draft-length"]),
         (["bench", "panel-mm", "--shape", "576"], "bench panel-mm", ["--shape"]),
+        (["bench", "panel-mm", "--shape", "48x16"], "bench panel-mm", ["--shape", "multiple of 32"]),
         (["bench", "panel-mm", "--statistic", "mean"], "bench panel-mm", ["--statistic"]),
         (["bench", "model-cost", "--statistic", "mean"], "bench model-cost", ["--statistic"]),
         (["bench", "panel-mm", "--clock", "cpu", "--threads", "2"], "bench panel-mm", ["--clock", "--threads"]),
@@ -58,6 +60,8 @@ CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_prob
         (["generate", "x", "--quantize", "int4"], "generate", ["--quantize", "int4"]),
         (["bench", "speed", "--quantize", "fp16"], "bench speed", ["--quantize", "fp16"]),
         (["tune", "--quantize", "int4"], "tune", ["--quantize", "int4"]),
+        pytest.param(["generate", "x", "--target", "tiny", "--quantize", "gguf"], "generate", ["GGML", "gguf"],
+                     marks=pytest.mark.skipif("avx512" not in kernel().isas, reason="without AVX-512 gguf runs float32")),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag_and_exit_code_2(capsys, tmp_path, argv, command, flags):

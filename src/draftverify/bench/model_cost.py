@@ -1,7 +1,8 @@
 """Per-call cost of the models the engine calls: the target scoring L + 1 tokens against one token
 (r), and one draft step against one target token (the draft/target cost ratio c of seed 002's
 speedup formula), for each matrix kernel of the lean forwards (the panel kernel in float32 and
-int8, torch's eager kernels), interleaved in one run; and the one-token call's weight stream in
+int8, its GGUF block product where the target's weights are GGML blocks, torch's eager kernels),
+interleaved in one run; and the one-token call's weight stream in
 bytes per second against a copy bandwidth measured in the same run.
 
 Each call is timed as the engine makes it, cache upkeep included: a one-token forward then the crop
@@ -11,7 +12,8 @@ cache holds the prompt and stays at that length, so every repeat sees the same w
 turns call by call, so load drifts hit all alike; medians (or ``--statistic min``) over ``--repeats``,
 on the wall clock or (``--clock cpu``, one thread) the thread's CPU clock (:mod:`.panel_mm`). A speculative step
 keeps ``--accepted`` drafted tokens. The bytes a one-token call streams are its linear and output
-layers' weights as the kernel stores them (int8: a quarter), attention's cache and the norms left out.
+layers' weights as the kernel stores them (int8: a quarter; GGUF blocks: 5 / 32 in the linear
+layers, 8.5 / 32 in the output layer), attention's cache and the norms left out.
 Goals (issue 27, real target, one thread): r(5) <= 1.2, r(9) <= 1.4, r(17) <= 2.0; the one-token
 call at >= 85% of the copy bandwidth (issue 13: c <= 0.12).
 
@@ -143,17 +145,27 @@ def ratios(costs: dict[str, float]) -> dict[str, float]:
 
 
 def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
-              kv_cache: str) -> dict[str, tuple[TransformersModel, LanguageModel | None]]:
-    """The target model under each matrix kernel (the panel kernel, float32 and int8, where it runs)."""
+              kv_cache: str) -> tuple[dict[str, tuple[TransformersModel, LanguageModel | None]], dict[str, str]]:
+    """The target model under each matrix kernel (the panel kernel, float32 and int8, where it runs;
+    its GGUF block product where the weights are GGML blocks: :mod:`~draftverify.models.ggml_blocks`),
+    and the variants left out with the reason."""
     kinds = {"eager": dict(kernel="eager")}
     for isa in kernel().isas:  # each instruction set the CPU runs
         kinds |= {f"panel_{isa}": dict(kernel=f"panel-{isa}"), f"panel_{isa}_int8": dict(kernel=f"panel-{isa}", quantize="int8")}
     variants = {name: (TransformersModel(model, tokenizer, kv_cache=kv_cache, **options), draft)
                 for name, options in kinds.items()}
+    left_out = {}
+    if "avx512" in kernel().isas:
+        try:
+            variants["panel_avx512_gguf"] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize="gguf"), draft)
+        except ValueError as error:  # weights that are not GGML blocks: a target not converted from a GGUF file
+            left_out["panel_avx512_gguf"] = str(error)
+    else:
+        left_out["panel_avx512_gguf"] = "the GGUF block product runs on AVX-512 CPUs only"
     if isinstance(draft, FeatureDraft):  # every target variant keeps the hidden states the draft reads
         for target, _ in variants.values():
             target.keep_features()
-    return variants
+    return variants, left_out
 
 
 def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
@@ -171,7 +183,7 @@ def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
     else:  # another target: a draft only when one is named
         target = TransformersModel.from_pretrained(args.target, kv_cache="dynamic", kernel="eager")
         draft = None if args.draft is None else load_draft(args.draft, target)
-    variants = _variants(target.model, target.tokenizer, draft, args.kv_cache)
+    variants, left_out = _variants(target.model, target.tokenizer, draft, args.kv_cache)
     prompt = torch.randint(0, target.vocab_size, (args.prompt_length,),
                            generator=torch.Generator().manual_seed(1)).tolist()
     bandwidth = copy_bandwidth(clock=args.clock)
@@ -190,7 +202,8 @@ def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
                   kernel=dict(name=status.name, reason=status.reason, load_seconds=status.load_seconds,
                               built=status.built),
                   copy_bandwidth_gb_s=bandwidth / 1e9,
-                  goals=dict(r_5=1.2, r_9=1.4, r_17=2.0, bandwidth_fraction=0.85, draft_cost_c=0.12), variants=rows)
+                  goals=dict(r_5=1.2, r_9=1.4, r_17=2.0, bandwidth_fraction=0.85, draft_cost_c=0.12), variants=rows,
+                  variants_left_out=left_out)
     emit_json(report, args.json)
     lengths = [length + 1 for length in args.draft_length]
     print(f"\ncopy bandwidth {bandwidth / 1e9:.1f} GB/s; panel kernel: {status.name}"
@@ -199,4 +212,6 @@ def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
     columns += [(f"r_{n}", f"r({n})", ".2f") for n in lengths]
     columns += [("one_token_gb_s", "GB/s", ".1f"), ("bandwidth_fraction", "of copy", ".2f"), ("draft_cost_c", "c", ".3f")]
     print(table_of(rows, columns, markdown=False))
+    for name, reason in left_out.items():
+        print(f"{name} left out: {reason}")
     return 0

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from ..models.gpt2 import QUANTIZE
+
 __all__ = ["DRAFT_KINDS", "ModelSettings", "load_models"]
 
 # the pair's draft, the n-gram drafter, a transformers draft that transformers' assisted generation runs
@@ -18,7 +20,8 @@ class ModelSettings:
     """Which target and drafts to load: ``target`` / ``draft`` folders (None: the embedded pair),
     ``ngram`` the n-gram drafter's folder (None: the pair's), ``drafts`` the kinds to load (of
     :data:`DRAFT_KINDS`), ``tiny`` random tiny models instead of the pair (a smoke run; its one
-    draft kind is "draft"), ``quantize`` the target's weights (None or "int8", as
+    draft kind is "draft"), ``quantize`` the target's weights (None or one of
+    :data:`~draftverify.models.gpt2.QUANTIZE`, as
     :func:`~draftverify.models.pair.load_pair`)."""
 
     target: str | None = None
@@ -32,8 +35,8 @@ class ModelSettings:
         unknown = [kind for kind in self.drafts if kind not in DRAFT_KINDS]
         if unknown or not self.drafts:
             raise ValueError(f"drafts: expected kinds among {', '.join(DRAFT_KINDS)}, got {', '.join(self.drafts) or 'none'}")
-        if self.quantize not in (None, "int8"):
-            raise ValueError(f"quantize must be None or 'int8', got {self.quantize!r}")
+        if self.quantize not in (None, *QUANTIZE):
+            raise ValueError(f"quantize must be None or one of {QUANTIZE}, got {self.quantize!r}")
         if self.tiny and "ngram" in self.drafts:
             raise ValueError("drafts: the tiny models have no n-gram drafter (drop ngram or --tiny)")
 

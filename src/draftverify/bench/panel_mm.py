@@ -1,6 +1,9 @@
 """Microseconds per small-row product x [M, K] @ W [K, N] with W out of cache: the panel kernel
-(float32 and int8, :mod:`draftverify.models.panel_mm`) beside torch.mm (MKL), oneDNN's prepacked
-linear (what the eager lean forwards run) and numpy (OpenBLAS), and a copy bandwidth, in one run.
+(float32 and int8, :mod:`draftverify.models.panel_mm`; on AVX-512 CPUs its product over the GGML Q4_1
+blocks the weights are made of, :mod:`draftverify.models.ggml_blocks`) beside torch.mm (MKL),
+oneDNN's prepacked linear (what the eager lean forwards run) and numpy (OpenBLAS), and a copy
+bandwidth, in one run. The weights are dequantized from random Q4_1 blocks, as SmolLM2's are (a
+float32 kernel sees float32 weights like any other).
 
 ``copies`` distinct weights of the shape, cycled (together far larger than the L3 cache), so each
 product streams its weights from memory as a model's layers do. Kernels and row counts take turns
@@ -9,7 +12,8 @@ the round least disturbed by other processes on a loaded machine) over ``--repea
 the wall clock or (``--clock cpu``, one thread only) the thread's CPU clock, which leaves out the time
 other processes hold the core (not their share of the memory bus). ``r(M)`` is a
 kernel's time for M rows over its own time for one row; ``bandwidth`` its one-row weight bytes per
-second over the copy bandwidth (bytes read plus bytes written per second of a large ``copy_``).
+second over the copy bandwidth (bytes read plus bytes written per second of a large ``copy_``); the
+bytes are the kernel's own (int8 a quarter of float32's, Q4_1 blocks 5/32).
 Goals (issue 27): r(5) <= 1.2, r(9) <= 1.4, r(17) <= 2.0; one row at >= 85% of copy bandwidth.
 
 Run: ``draftverify bench panel-mm`` (JSON then a table).
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 
+from ..models.ggml_blocks import BlockLinear, random_q4_1
 from ..models.panel_mm import PanelLinear, kernel
 from ..tables import table_of
 from .output import emit_json
@@ -64,30 +69,35 @@ def copy_bandwidth(megabytes: int = 256, repeats: int = 5, clock: str = "wall") 
     return 2 * source.numel() * 4 / best
 
 
-def _products(weights: list[torch.Tensor]) -> dict[str, Product]:
-    """Each kernel as a call on (x, weight index), its weights prepared once as it needs them."""
+def _products(weights: list[torch.Tensor]) -> tuple[dict[str, Product], dict[str, int]]:
+    """Each kernel as a call on (x, weight index), its weights prepared once as it needs them, and
+    the bytes of one weight as it stores them."""
     products: dict[str, Product] = {}
+    nbytes = {name: weights[0].numel() * 4 for name in ("torch_mm", "onednn", "numpy")}
     for isa in kernel().isas:  # each instruction set the CPU runs, float32 and int8
         for quantize in (None, "int8"):
-            linears = [PanelLinear(w, None, quantize, isa) for w in weights]
-            products[f"panel_{isa}" + ("_int8" if quantize else "")] = lambda x, i, linears=linears: linears[i](x)
+            name, linears = f"panel_{isa}" + ("_int8" if quantize else ""), [PanelLinear(w, None, quantize, isa) for w in weights]
+            products[name], nbytes[name] = lambda x, i, linears=linears: linears[i](x), linears[0].nbytes
+    if "avx512" in kernel().isas:
+        blocks = [BlockLinear(w, None) for w in weights]
+        products["panel_avx512_q4_1"], nbytes["panel_avx512_q4_1"] = lambda x, i: blocks[i](x), blocks[0].nbytes
     products["torch_mm"] = lambda x, i: torch.mm(x, weights[i])
     onednn = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 5) for w in weights]
     products["onednn"] = lambda x, i: torch.ops.mkldnn._linear_pointwise(x, onednn[i], None, "none", [], "")
     arrays = [w.numpy() for w in weights]
     products["numpy"] = lambda x, i: x.numpy() @ arrays[i]
-    return products
+    return products, nbytes
 
 
 def time_products(shape: tuple[int, int], rows: list[int], *, copies: int, repeats: int, seed: int = 0,
                   statistic: str = "median", clock: str = "wall",
-                  progress: Progress | None = None) -> dict[str, dict[int, float]]:
+                  progress: Progress | None = None) -> tuple[dict[str, dict[int, float]], dict[str, int]]:
     """Seconds per product (``statistic`` of the rounds on ``clock``) for each kernel and row count
-    (module doc)."""
+    (module doc), and each kernel's bytes per weight matrix."""
     now = CLOCKS[clock]
     generator = torch.Generator().manual_seed(seed)
-    weights = [torch.randn(shape, generator=generator) * shape[0] ** -0.5 for _ in range(copies)]
-    products = _products(weights)
+    weights = [random_q4_1(shape, generator) for _ in range(copies)]
+    products, nbytes = _products(weights)
     inputs = {m: torch.randn(m, shape[0], generator=generator) for m in rows}
     seconds: dict[tuple[str, int], list[float]] = {(name, m): [] for name in products for m in rows}
     for name, m in seconds:  # warm-up: every weight once
@@ -103,7 +113,7 @@ def time_products(shape: tuple[int, int], rows: list[int], *, copies: int, repea
     out: dict[str, dict[int, float]] = {}
     for (name, m), values in seconds.items():
         out.setdefault(name, {})[m] = STATISTICS[statistic](values)
-    return out
+    return out, nbytes
 
 
 @dataclass(frozen=True)
@@ -128,11 +138,11 @@ def run(args: PanelMmSettings, progress: Progress | None = None) -> int:
     results = []
     for k, n in args.shape:
         copies = max(2, round(args.megabytes * 2**20 / (k * n * 4)))
-        times = time_products((k, n), args.rows, copies=copies, repeats=args.repeats, statistic=args.statistic,
+        times, nbytes = time_products((k, n), args.rows, copies=copies, repeats=args.repeats, statistic=args.statistic,
                               clock=args.clock, progress=progress)
         for name, by_rows in times.items():
             one = by_rows[args.rows[0]]
-            weight_bytes = k * n * (1 if name.endswith("int8") else 4)
+            weight_bytes = nbytes[name]
             results.append(dict(shape=[k, n], kernel=name, copies=copies,
                                 us={m: t * 1e6 for m, t in by_rows.items()},
                                 r={m: t / one for m, t in by_rows.items()},

@@ -71,7 +71,7 @@ class SpeedSettings:
     """What ``draftverify bench speed`` measures, as its flags of the same names give it (the defaults
     are the command's): ``num_prompts`` HumanEval prompts, ``max_new_tokens`` each, at one
     ``temperature`` and ``draft_length``; ``multi`` the K of the kseq rows (0: none), ``batch`` the
-    prompts of the batch rows (0: none); ``threads`` 0: torch's choice; ``quantize`` "int8" runs our
+    prompts of the batch rows (0: none); ``threads`` 0: torch's choice; ``quantize`` "int8" or "gguf" runs our
     target with weight-only int8 products (transformers' rows keep its float32 model). The models:
     see :attr:`models`."""
 

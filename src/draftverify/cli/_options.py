@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ..engine.config import GREEDY  # the verifier of temperature-0 decoding (draftverify.verify.token.GreedyMatch)
+from ..models.gpt2 import QUANTIZE
 from ..verify import MethodSpec, parse_method, typed_options
 
 __all__ = ["GREEDY", "DraftFolder", "DraftLength", "JsonFile", "LengthBound", "OptionItems", "Quantize", "Seed", "TargetFolder",
@@ -20,15 +21,17 @@ OptionItems = Annotated[list[str], typer.Option(
     metavar="KEY=VALUE", show_default=False,
     help="A verifier option, as inside the method's parentheses, e.g. --option fraction=0.5 (repeatable).")]
 TargetFolder = Annotated[str | None, typer.Option(help="Target: 'smollm2' (the default pair), 'tiny' (the embedded 7M pair), a .gguf file or a local transformers folder.", show_default="smollm2")]
-def _int8_or_none(value: str | None) -> str | None:
-    if value not in (None, "int8"):
-        raise typer.BadParameter(f"must be int8 (or left out for float32), got {value}")
+def _weight_format(value: str | None) -> str | None:
+    if value not in (None, *QUANTIZE):
+        raise typer.BadParameter(f"must be one of {', '.join(QUANTIZE)} (or left out for float32), got {value}")
     return value
 
 
 Quantize = Annotated[str | None, typer.Option(
-    metavar="int8", callback=_int8_or_none, help="The target's weights as weight-only int8 (per output channel, quantized once at load): a quarter "
-    "of the bytes per call; the target's law is then the int8 model's.", show_default="float32")]
+    metavar="|".join(QUANTIZE), callback=_weight_format, help="The target's weights: int8, weight-only int8 (per output channel, quantized "
+    "once at load; a quarter of the bytes per call; the target's law is then the int8 model's); gguf, a target converted from a GGUF file "
+    "streamed as the GGML blocks its weights came from (Q4_1/Q8_0, AVX-512; the same model, bit-identical products, 5 bits a weight).",
+    show_default="float32")]
 DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the named target's own draft")]
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 DraftLength = Annotated[str | None, typer.Option(

@@ -31,11 +31,15 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from .ggml_blocks import BlockLinear
 from .panel_mm import ISAS, PanelLinear, quantize_int8
 from .panel_mm import kernel as panel_kernel
 
-__all__ = ["GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
+__all__ = ["QUANTIZE", "GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
            "output_logits"]
+
+# the target's weight formats besides float32 (None): weight-only int8 (a new model), the GGUF blocks (the same)
+QUANTIZE = ("int8", "gguf")
 
 # store a layer's new keys and values [B, H, S, D]; return the layer's keys and values so far [B, H, T, D]
 KVWrite = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -72,6 +76,12 @@ def onednn_packing() -> bool:
     return ok
 
 
+@cache
+def _gguf_fallback() -> None:
+    warnings.warn("quantize='gguf' needs AVX-512 (the block product); the float32 weights (the same model) "
+                  "stream instead", stacklevel=3)
+
+
 class Linear:
     """``x @ weight + bias`` for x [N, in], weight [in, out], through the eager kernel fastest for N
     (module doc); :meth:`of` picks the panel kernel instead where it runs."""
@@ -82,17 +92,28 @@ class Linear:
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None, quantize: str | None = None,
-           kernel: str | None = None) -> Linear | PanelLinear:
+           kernel: str | None = None) -> Linear | PanelLinear | BlockLinear:
         """The product for a weight [in, out]: the panel kernel for float32 weights where it runs
         (``kernel`` "panel", "panel-avx2", "panel-avx512" or "eager" overrides
         :func:`.panel_mm.kernel`'s choice; "panel" runs its best instruction set), else eager:
         oneDNN-packed when it can, ``addmm`` otherwise. ``quantize="int8"``: the weight-only int8
-        product (eager: over the dequantized weights)."""
-        if quantize not in (None, "int8"):
-            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        product (eager: over the dequantized weights). ``quantize="gguf"``: the same weights as the
+        GGML blocks they were dequantized from (:class:`.ggml_blocks.BlockLinear`, AVX-512; bit-identical
+        to the float32 panel product); on a CPU without AVX-512, the float32 product with a warning."""
+        if quantize not in (None, *QUANTIZE):
+            raise ValueError(f"quantize must be None or one of {QUANTIZE}, got {quantize!r}")
         panels = ("panel", *(f"panel-{isa}" for isa in ISAS))
         if kernel not in (None, "eager", *panels):
             raise ValueError(f"kernel must be None, 'eager' or one of {panels}, got {kernel!r}")
+        if quantize == "gguf":
+            if kernel in ("eager", "panel-avx2"):
+                raise ValueError(f"quantize='gguf' runs the panel kernel's AVX-512 block product; kernel={kernel!r} conflicts")
+            if "avx512" in panel_kernel().isas:
+                return BlockLinear(weight, bias)
+            if kernel is not None:
+                raise ValueError(f"quantize='gguf' needs the panel kernel's AVX-512 path, not here: {panel_kernel().isas or panel_kernel().reason}")
+            _gguf_fallback()
+            quantize = None  # the float32 weights are the same model
         if weight.dtype != torch.float32 and (quantize is not None or kernel in panels):
             raise ValueError(f"quantize='int8' and kernel={kernel!r} take float32 weights, got {weight.dtype}")
         if kernel in panels and not panel_kernel().compiled:
@@ -130,7 +151,7 @@ class GPT2Weights:
     final_norm: tuple[torch.Tensor, torch.Tensor]
     heads: int
     eps: float
-    head: Linear | PanelLinear  # the output layer, [E -> V]
+    head: Linear | PanelLinear | BlockLinear  # the output layer, [E -> V]
     head_module: torch.nn.Module  # called instead when it has forward hooks (they see its input)
 
     @classmethod
@@ -138,7 +159,7 @@ class GPT2Weights:
         """The weights of ``model``, every product as :meth:`Linear.of` makes it (same options)."""
         body = model.transformer
 
-        def linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear | PanelLinear:
+        def linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear | PanelLinear | BlockLinear:
             return Linear.of(weight, bias, quantize, kernel)
 
         with torch.no_grad():
@@ -168,12 +189,13 @@ class GPT2Weights:
         return gpt2_forward(self, write, tokens, positions, mask, num_logits)
 
 
-def linear_bytes(layers: tuple[tuple[Any, ...], ...], head: Linear | PanelLinear) -> int:
+def linear_bytes(layers: tuple[tuple[Any, ...], ...], head: Linear | PanelLinear | BlockLinear) -> int:
     """Bytes of weights of the linear layers in ``layers`` (tuples of a forward's parts) and ``head``."""
-    return head.nbytes + sum(part.nbytes for layer in layers for part in layer if isinstance(part, (Linear, PanelLinear)))
+    products = (Linear, PanelLinear, BlockLinear)
+    return head.nbytes + sum(part.nbytes for layer in layers for part in layer if isinstance(part, products))
 
 
-def output_logits(head: Linear | PanelLinear, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+def output_logits(head: Linear | PanelLinear | BlockLinear, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Logits [B, N, V] of final hidden states x [B, N, E]; through ``module`` when it has forward
     hooks, so they see x (SPRINTER's classifier reads it)."""
     if module._forward_hooks or module._forward_pre_hooks:

@@ -72,7 +72,8 @@ class TransformersModel(LanguageModel):
     matrix products through the compiled panel kernel of :mod:`.panel_mm` where it runs (``kernel``:
     None picks, "panel" or "eager" insists). ``quantize="int8"`` (lean forwards only): weight-only
     int8 linear and output layers, quantized once from the model's weights; the model's law is then
-    the int8 model's."""
+    the int8 model's. ``quantize="gguf"``: a model converted from a GGUF file streams its weights
+    as the GGML blocks they came from (:mod:`.ggml_blocks`): the same model, 5 bits a weight."""
 
     def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,
                  static_length: int | None = None, quantize: str | None = None, kernel: str | None = None):

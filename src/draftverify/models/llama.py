@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .gpt2 import KVWrite, Linear, linear_bytes, output_logits
+from .ggml_blocks import BlockLinear
 from .panel_mm import PanelLinear
 
 __all__ = ["LlamaWeights", "is_lean_llama", "llama_forward", "llama_layers", "layer_weights"]
@@ -46,7 +47,7 @@ class LlamaWeights:
     heads: int
     kv_heads: int
     head_dim: int
-    head: Linear | PanelLinear
+    head: Linear | PanelLinear | BlockLinear
     head_module: torch.nn.Module
 
     @classmethod
@@ -82,7 +83,7 @@ def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = 
     product over their weights side by side (q, k, v: [E, (H + 2 H_kv) D]; gate, up: [E, 2 I]):
     the same bytes streamed in fewer, wider calls, each output column computed as alone."""
 
-    def linear(*modules: torch.nn.Linear) -> Linear | PanelLinear:  # weights [out, in] -> [in, sum out]
+    def linear(*modules: torch.nn.Linear) -> Linear | PanelLinear | BlockLinear:  # weights [out, in] -> [in, sum out]
         bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
         return Linear.of(torch.cat([m.weight for m in modules]).t(), bias, quantize, kernel)
 

@@ -74,7 +74,9 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
     ``ValueError``. ``quantize="int8"``: the target's linear and output layers as weight-only int8
-    (:class:`.hf.TransformersModel`); the target's law is then the int8 model's.
+    (:class:`.hf.TransformersModel`); the target's law is then the int8 model's. ``quantize="gguf"``:
+    a GGUF target's weights streamed as its GGML blocks (:mod:`.ggml_blocks`), the same model;
+    ``ValueError`` for a target whose weights are not such blocks.
     """
     name = "smollm2" if target is None else str(target)
     if name == "tiny":

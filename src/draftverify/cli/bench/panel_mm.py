@@ -18,8 +18,9 @@ SHAPES = ["576x576", "576x192", "576x1536", "1536x576", "576x49152"]
 
 def _shape(text: str) -> tuple[int, int]:
     parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(f"--shape must be KxN with positive K and N (e.g. 576x1536), got {text!r}")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts) or int(parts[0]) % 32:
+        raise ValueError(f"--shape must be KxN with positive N and K a multiple of 32 (the weights are GGML Q4_1 "
+                         f"blocks of 32), e.g. 576x1536, got {text!r}")
     return int(parts[0]), int(parts[1])
 
 

@@ -167,7 +167,9 @@ constexpr int64_t kPrefetch512 = 2048;
 constexpr int kMaxRows512 = 24;  // accumulators; with the weight vector and a broadcast, 26 of 32 zmm
 
 // accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per cycle)
-constexpr int sets512(int R) { return R >= 8 ? 1 : (8 + R - 1) / R; }
+// (a power of two, so the sets divide a 32-step block of the block formats below and every k has the
+// same set in both: their products are then bit-identical to the float32 product of the same weights)
+constexpr int sets512(int R) { return R >= 8 ? 1 : R >= 4 ? 2 : R == 1 ? 8 : 4; }
 
 inline __m512 load_weights512(const float* w) { return _mm512_loadu_ps(w); }
 
@@ -223,7 +225,97 @@ void rows_block512(int64_t rows, const float* x, int64_t ldx, const W* w, int64_
   table[rows - 1](x, ldx, w, K, out, ldo, cols, scale, bias);
 }
 
+// GGML's block formats along k (blocks of 32 k-steps of one column, one float16 scale d each):
+// Q4_1, w = d q + m with q in 0..15 and a float16 offset m; Q8_0, w = d q with q an int8. A panel's
+// codes are [K / 2, 16] bytes for Q4_1 (byte c of pair j: q[2j][c] | q[2j + 1][c] << 4) and [K, 16]
+// int8 for Q8_0; its scales and offsets [K / 32, 16] float16. Each weight is rebuilt in registers
+// exactly as the float32 weight dequantized from the block (q d is exact in float32, so one FMA
+// rounds q d + m as float32 arithmetic does), then used as panel_block512 uses a float32 weight: the
+// same accumulator set per k, the same order, so the product is bit-identical to the float32
+// product over the dequantized weights while streaming 5 (Q4_1) or 8.5 (Q8_0) bits per weight.
+constexpr int64_t kBlock = 32;
+
+template <int Bits>
+struct BlockPanel {
+  const uint8_t* codes;  // the panel's codes (int8 for Bits = 8)
+  const uint16_t* scales;  // [K / 32, 16] float16
+  const uint16_t* offsets;  // [K / 32, 16] float16, Bits = 4 only
+};
+
+template <int R, int U>
+inline void accumulate512(__m512 (&acc)[U][R], const float* x, int64_t ldx, int64_t k, __m512 weights) {
+  UNROLL for (int r = 0; r < R; ++r)
+    acc[k % U][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), weights, acc[k % U][r]);
+}
+
+template <int R, int U, int Bits>
+void block_panel512(const float* x, int64_t ldx, BlockPanel<Bits> w, int64_t K, float* out, int64_t ldo,
+                    int64_t cols, const float* bias) {
+  static_assert(kBlock % U == 0, "accumulator sets must divide a block");
+  constexpr int64_t code_bytes = kBlock * kPanel * Bits / 8;  // per block
+  __m512 acc[U][R];
+  UNROLL for (int u = 0; u < U; ++u)
+    UNROLL for (int r = 0; r < R; ++r) acc[u][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const uint8_t* codes = w.codes + b * code_bytes;
+    for (int64_t line = 0; line < code_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetch512 + line, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + (b + 8) * kPanel), _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + b * kPanel)));
+    const float* xb = x + b * kBlock;
+    if constexpr (Bits == 4) {
+      _mm_prefetch(reinterpret_cast<const char*>(w.offsets + (b + 8) * kPanel), _MM_HINT_T0);
+      const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.offsets + b * kPanel)));
+      const __m512i low = _mm512_set1_epi32(0xF);
+      UNROLL for (int j = 0; j < kBlock / 2; ++j) {
+        const __m512i pair = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j * kPanel)));
+        accumulate512<R, U>(acc, xb, ldx, 2 * j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(pair, low)), d, m));
+        accumulate512<R, U>(acc, xb, ldx, 2 * j + 1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(pair, 4)), d, m));
+      }
+    } else {
+      UNROLL for (int t = 0; t < kBlock; ++t) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + t * kPanel));
+        accumulate512<R, U>(acc, xb, ldx, t, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+      }
+    }
+  }
+  UNROLL for (int u = 1; u < U; ++u)
+    UNROLL for (int r = 0; r < R; ++r) acc[0][r] = _mm512_add_ps(acc[0][r], acc[u][r]);
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+  const __m512 bv = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias);
+  UNROLL for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(out + r * ldo, mask, bias == nullptr ? acc[0][r] : _mm512_add_ps(acc[0][r], bv));
+}
+
+template <int Bits>
+using BlockRows = void (*)(const float*, int64_t, BlockPanel<Bits>, int64_t, float*, int64_t, int64_t, const float*);
+
+template <int Bits, std::size_t... I>
+constexpr std::array<BlockRows<Bits>, sizeof...(I)> block_table512(std::index_sequence<I...>) {
+  return {&block_panel512<I + 1, sets512(I + 1), Bits>...};  // entry R - 1: R rows
+}
+
 #pragma GCC pop_options
+
+// out [M, N] = x [M, K] @ W (+ bias) for W in a block format, panels shared among threads, rows in
+// blocks of at most 24 split as panels() splits them (so each row meets the same accumulator sets).
+template <int Bits>
+void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
+  static constexpr auto table = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
+  const int64_t count = (N + kPanel - 1) / kPanel, blocks = (M + kMaxRows512 - 1) / kMaxRows512;
+  const int64_t code_bytes = K * kPanel * Bits / 8, scale_count = K / kBlock * kPanel;  // per panel
+  at::parallel_for(0, count, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t col = p * kPanel, cols = std::min(kPanel, N - col);
+      const BlockPanel<Bits> panel{w.codes + p * code_bytes, w.scales + p * scale_count,
+                                   Bits == 4 ? w.offsets + p * scale_count : nullptr};
+      for (int64_t i = 0, row = 0; i < blocks; ++i) {
+        const int64_t rows = (M - row) / (blocks - i);
+        table[rows - 1](x + row * K, K, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
+        row += rows;
+      }
+    }
+  });
+}
 
 bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
@@ -274,6 +366,39 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   return out;
 }
 
+at::Tensor block_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
+                    const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N) {
+  TORCH_CHECK(has_avx512(), "the block formats need a CPU with AVX-512F");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a float32 matrix [M, K]");
+  const int64_t K = x.size(1), P = (N + kPanel - 1) / kPanel;
+  TORCH_CHECK(K % kBlock == 0, "K must be a multiple of 32 (the blocks' length), got ", K);
+  const bool q4 = offsets.has_value();
+  TORCH_CHECK(codes.is_contiguous() && codes.dim() == 3 && codes.size(0) == P && codes.size(2) == kPanel &&
+                  codes.size(1) == (q4 ? K / 2 : K) && codes.scalar_type() == (q4 ? at::kByte : at::kChar),
+              q4 ? "Q4_1 codes must be contiguous uint8 [ceil(N / 16), K / 2, 16]"
+                 : "Q8_0 codes must be contiguous int8 [ceil(N / 16), K, 16]");
+  for (const at::Tensor* t : {&scales, q4 ? &*offsets : &scales})
+    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == at::kHalf && t->dim() == 3 && t->size(0) == P &&
+                    t->size(1) == K / kBlock && t->size(2) == kPanel,
+                "scales and offsets must be contiguous float16 [ceil(N / 16), K / 32, 16]");
+  const float* b = nullptr;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == N, "bias must be float32 [N]");
+    b = bias->data_ptr<float>();
+  }
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty({x.size(0), N}, x.options());
+  const auto* s = reinterpret_cast<const uint16_t*>(scales.data_ptr());
+  if (q4)
+    block_mm_impl<4>(xc.data_ptr<float>(), x.size(0), K,
+                     {codes.data_ptr<uint8_t>(), s, reinterpret_cast<const uint16_t*>(offsets->data_ptr())}, N, b,
+                     out.data_ptr<float>());
+  else
+    block_mm_impl<8>(xc.data_ptr<float>(), x.size(0), K,
+                     {reinterpret_cast<const uint8_t*>(codes.data_ptr<int8_t>()), s, nullptr}, N, b, out.data_ptr<float>());
+  return out;
+}
+
 // The instruction sets this CPU runs, best last.
 std::vector<std::string> panel_mm_isas() {
   std::vector<std::string> isas{"avx2"};
@@ -286,4 +411,5 @@ std::vector<std::string> panel_mm_isas() {
 TORCH_LIBRARY(draftverify, m) {
   m.def("panel_mm(Tensor x, Tensor panels, Tensor? scales, Tensor? bias, int n, str isa) -> Tensor", &panel_mm);
   m.def("panel_mm_isas() -> str[]", &panel_mm_isas);
+  m.def("block_mm(Tensor x, Tensor codes, Tensor scales, Tensor? offsets, Tensor? bias, int n) -> Tensor", &block_mm);
 }

@@ -1,0 +1,145 @@
+"""A GGUF model's weights streamed as the blocks they were stored in (issue 27): the same model,
+bit for bit, at 5 bits a weight instead of 32.
+
+A target converted from a GGUF file (:mod:`.gguf`) holds float32 weights dequantized from GGML's
+block formats; SmolLM2-135M-Instruct's are Q4_1 in every linear layer and Q8_0 in the tied
+embedding and output layer. Along the input dimension, 32 weights of one output column form a block
+with a float16 scale d (and, for Q4_1, a float16 offset m): Q4_1 ``w = d q + m`` with q in 0..15,
+Q8_0 ``w = d q`` with q an int8 (ggml's ``dequantize_row_q4_1`` / ``_q8_0``). Since q d is exact in
+float32, the dequantized weight is the float32 rounding of ``d q + m``.
+
+:func:`find_q4_1` and :func:`find_q8_0` recover (q, d, m) from the float32 weights and accept them
+only if every block rebuilds every weight bit for bit; nothing is quantized, and a weight that is
+not such a block is refused. :class:`BlockLinear` runs the panel kernel's block product
+(``csrc/panel_mm.cpp``, AVX-512), which rebuilds each weight in registers and accumulates it exactly
+as the float32 panel product does: same results, 6.4x fewer bytes per call than float32 (Q4_1 with
+its scales and offsets: 5 bits a weight).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .panel_mm import PANEL, kernel
+
+__all__ = ["BLOCK", "BlockLinear", "dequantize", "find_q4_1", "find_q8_0", "random_q4_1"]
+
+BLOCK = 32  # weights per block, along the input dimension
+
+
+def _blocks(weight: torch.Tensor) -> torch.Tensor:
+    """weight [K, N] -> [K / 32, 32, N] (blocks along K); ``ValueError`` unless K is a multiple of 32."""
+    if weight.dim() != 2 or weight.dtype != torch.float32 or weight.shape[0] % BLOCK:
+        raise ValueError(f"weight must be float32 [K, N] with K a multiple of {BLOCK}, got {tuple(weight.shape)} {weight.dtype}")
+    return weight.view(weight.shape[0] // BLOCK, BLOCK, weight.shape[1])
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 weight [K, N] of codes [K, N] (Q4_1: uint8 0..15, Q8_0: int8), scales [K / 32, N]
+    and (Q4_1) offsets [K / 32, N] float16: ``d q + m`` in float32, as ggml dequantizes."""
+    weight = codes.float() * scales.float().repeat_interleave(BLOCK, 0)
+    return weight if offsets is None else weight + offsets.float().repeat_interleave(BLOCK, 0)
+
+
+def random_q4_1(shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+    """A float32 weight [K, N] dequantized from random Q4_1 blocks as ggml's quantizer leaves them
+    (each block holds a code 0 and a code 15), of standard deviation about K^-1/2: benchmarks' and
+    tests' weights."""
+    k, n = shape
+    if k % BLOCK or k < 1 or n < 1:
+        raise ValueError(f"shape: K must be a positive multiple of {BLOCK} and N positive, got {shape}")
+    codes = torch.randint(0, 16, (k, n), generator=generator, dtype=torch.uint8)
+    codes[::BLOCK], codes[1::BLOCK] = 0, 15
+    scales = ((torch.rand(k // BLOCK, n, generator=generator) + 0.5) * 0.4 * k ** -0.5).half()
+    return dequantize(codes, scales, (-7.5 * scales.float()).half())
+
+
+def _half_exact(values: torch.Tensor) -> bool:
+    return bool(torch.equal(values.half().float(), values))
+
+
+def find_q4_1(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(q [K, N] uint8 in 0..15, d [K / 32, N] float16, m [K / 32, N] float16) with
+    ``fl32(d q + m) == weight`` at every element, or None where no Q4_1 block does that. m is the
+    block's minimum (q = 0 there, as ggml's quantizer sets it); d is searched among the float16
+    values next to (max - min) / 15 (ggml stores its float32 d rounded to float16), each further
+    candidate tried on the blocks still unmatched."""
+    if not _half_exact(_blocks(weight).amin(1)):
+        return None
+    blocks = _blocks(weight).permute(0, 2, 1).reshape(-1, BLOCK)  # [B N, 32]: one block a row
+    low, high = blocks.amin(1), blocks.amax(1)  # [B N]
+    estimate = ((high - low) / 15).half().view(torch.int16)
+    codes, scales = torch.empty_like(blocks, dtype=torch.uint8), torch.empty_like(estimate)
+    left = torch.arange(len(blocks))  # blocks without a match yet
+    for step in (0, -1, 1, -2, 2):  # float16 neighbours of the estimate, as bit patterns (d >= 0)
+        scale = (estimate[left] + step).clamp_(0, 0x7BFF)
+        d = scale.view(torch.float16).float()[:, None]  # [n, 1]
+        part, base = blocks[left], low[left, None]
+        q = torch.where(d > 0, (part - base) / torch.where(d > 0, d, 1), 0).round_()
+        fits = ((q >= 0) & (q <= 15) & (q * d + base == part)).all(1)  # [n]
+        codes[left[fits]], scales[left[fits]] = q[fits].to(torch.uint8), scale[fits]
+        left = left[~fits]
+        if not len(left):
+            break
+    if len(left):
+        return None
+    count, n = weight.shape[0] // BLOCK, weight.shape[1]
+    codes = codes.view(count, n, BLOCK).permute(0, 2, 1).reshape(weight.shape)
+    return codes, scales.view(torch.float16).view(count, n), low.half().view(count, n)
+
+
+def find_q8_0(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(q [K, N] int8, d [K / 32, N] float16) with ``d q == weight`` at every element, or None where
+    no Q8_0 block does that: d = max |w| / 127 (ggml's scale; its largest weight has |q| = 127)."""
+    blocks = _blocks(weight)
+    d = blocks.abs().amax(1) / 127  # [B, N]
+    if not _half_exact(d):
+        return None
+    q = (blocks / torch.where(d > 0, d, 1)[:, None]).round_()
+    if not bool(((q.abs() <= 127) & (q * d[:, None] == blocks)).all()):
+        return None
+    return q.to(torch.int8).view_as(weight), d.half()
+
+
+def _panels(values: torch.Tensor) -> torch.Tensor:
+    """[R, N] -> [ceil(N / 16), R, 16] contiguous, the last panel zero-padded."""
+    rows, n = values.shape
+    count = -(-n // PANEL)
+    padded = values.new_zeros(rows, count * PANEL)
+    padded[:, :n] = values
+    return padded.view(rows, count, PANEL).transpose(0, 1).contiguous()
+
+
+class BlockLinear:
+    """``x @ weight + bias`` for x [M, in] over weight [in, out] held as Q4_1 blocks, else Q8_0
+    blocks (module doc), packed at construction; ``ValueError`` if it is neither exactly, or if the
+    CPU has no AVX-512 (the block product's instruction set)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        if "avx512" not in kernel().isas:
+            raise ValueError(f"the GGUF block product needs the panel kernel's AVX-512 path; here: {kernel().isas or kernel().reason}")
+        with torch.no_grad():
+            self.out_features = weight.shape[1]
+            found = find_q4_1(weight)
+            if found is not None:
+                q, d, m = found
+                pairs = q.view(-1, 2, q.shape[1])  # [K / 2, 2, N]: rows 2j and 2j + 1
+                self.codes = _panels(pairs[:, 0] | (pairs[:, 1] << 4))
+                self.format, self.offsets = "Q4_1", _panels(m)
+            else:
+                found = find_q8_0(weight)
+                if found is None:
+                    raise ValueError(f"weight {tuple(weight.shape)} is not exactly GGML Q4_1 or Q8_0 blocks "
+                                     "(quantize='gguf' takes a model converted from a GGUF file)")
+                q, d = found
+                self.codes, self.format, self.offsets = _panels(q), "Q8_0", None
+            self.scales = _panels(d)
+            self.bias = None if bias is None else bias.detach().float().contiguous()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of codes, scales and offsets a product streams."""
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.offsets) if t is not None)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, in] -> [M, out]
+        return torch.ops.draftverify.block_mm(x, self.codes, self.scales, self.offsets, self.bias, self.out_features)

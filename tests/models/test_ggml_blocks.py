@@ -1,0 +1,158 @@
+"""The GGUF block product: weights found exactly as GGML Q4_1 / Q8_0 blocks (never quantized), and
+the block kernel's products bit-identical to the float32 panel product over the same weights, for
+every row count and every shape the models use; a Llama target run on its blocks decodes exactly
+what it decodes on float32 weights. Weights here are dequantized from random codes as ggml
+dequantizes them (``d q + m`` in float32)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from draftverify.models import gpt2 as gpt2_module
+from draftverify.models.ggml_blocks import BLOCK, BlockLinear, dequantize, find_q4_1, find_q8_0, random_q4_1
+from draftverify.models.gpt2 import Linear
+from draftverify.models.hf import TransformersModel
+from draftverify.models.panel_mm import PanelLinear, kernel
+from draftverify.models.toy import tiny_causal_lm
+
+needs_avx512 = pytest.mark.skipif("avx512" not in kernel().isas, reason="the block product runs on AVX-512 CPUs only")
+SHAPES = [(576, 576), (576, 960), (1536, 576), (64, 5), (32, 17)]  # [in, out]: SmolLM2's products, odd ones
+WIDE = [(576, 3072), (576, 49152)]  # its gate and up, its output layer: fewer row counts (time)
+
+
+def q4_1_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
+    """A [K, N] float32 weight dequantized from random Q4_1 blocks, with its codes, scales, offsets."""
+    gen = torch.Generator().manual_seed(seed)
+    k, n = shape
+    q = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.uint8)
+    q[::BLOCK], q[1::BLOCK] = 0, 15  # ggml's quantizer gives every block its minimum (q = 0) and maximum (15)
+    d = (torch.rand(k // BLOCK, n, generator=gen) * 0.01 + 1e-4).half()
+    m = (-torch.rand(k // BLOCK, n, generator=gen) * 0.08).half()
+    return dequantize(q, d, m), q, d, m
+
+
+def q8_0_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    k, n = shape
+    q = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
+    q[::BLOCK] = 127  # ggml's scale gives every block a weight of |q| = 127
+    d = (torch.rand(k // BLOCK, n, generator=gen) * 0.001 + 1e-5).half()
+    return dequantize(q, d), q, d
+
+
+def test_dequantize_is_ggml_formula_and_random_blocks_are_found():
+    q, d, m = torch.tensor([[0], [15]] * 16, dtype=torch.uint8), torch.tensor([[0.5]]).half(), torch.tensor([[-1.0]]).half()
+    assert dequantize(q, d, m)[:2, 0].tolist() == [-1.0, 6.5] and dequantize(q, d)[:2, 0].tolist() == [0.0, 7.5]
+    weight = random_q4_1((96, 20), torch.Generator().manual_seed(0))
+    assert find_q4_1(weight) is not None and 0.5 < weight.std() * 96 ** 0.5 < 2
+    with pytest.raises(ValueError, match="multiple of 32"):
+        random_q4_1((40, 8), torch.Generator())
+
+
+def test_q4_1_blocks_are_found_exactly_and_nothing_else_is():
+    weight, q, d, m = q4_1_weight((128, 40), 0)
+    found_q, found_d, found_m = find_q4_1(weight)
+    rebuilt = found_q.float() * found_d.float().repeat_interleave(BLOCK, 0) + found_m.float().repeat_interleave(BLOCK, 0)
+    assert torch.equal(rebuilt, weight)  # every weight, bit for bit
+    nudged = weight.clone()
+    nudged[5, 3] = torch.nextafter(nudged[5, 3], torch.tensor(1.0))  # one weight one ulp off
+    assert find_q4_1(nudged) is None
+    assert find_q4_1(torch.randn(64, 16)) is None  # a float32 weight is not a block format
+    assert find_q4_1(q8_0_weight((64, 16), 1)[0]) is None  # 255 levels do not fit 16
+
+
+def test_q8_0_blocks_are_found_exactly_and_nothing_else_is():
+    weight, q, d = q8_0_weight((96, 33), 0)
+    found_q, found_d = find_q8_0(weight)
+    assert torch.equal(found_q, q) and torch.equal(found_d, d)
+    nudged = weight.clone()
+    nudged[40, 7] = torch.nextafter(nudged[40, 7], torch.tensor(1.0))
+    assert find_q8_0(nudged) is None
+    assert find_q8_0(torch.randn(64, 16)) is None
+
+
+def test_weights_that_cannot_be_blocks_are_refused_by_name():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        find_q4_1(torch.randn(48, 16))
+    with pytest.raises(ValueError, match="float32"):
+        find_q8_0(torch.randn(64, 16, dtype=torch.float64))
+
+
+@needs_avx512
+@pytest.mark.parametrize("shape", SHAPES + WIDE)
+@pytest.mark.parametrize("make", [q4_1_weight, q8_0_weight])
+def test_the_block_product_is_bit_identical_to_the_float32_panel_product(shape, make):
+    weight, bias = make(shape, 2)[0], torch.randn(shape[1], generator=torch.Generator().manual_seed(3))
+    blocks, panels = BlockLinear(weight, bias), PanelLinear(weight, bias, isa="avx512")
+    assert blocks.format == ("Q4_1" if make is q4_1_weight else "Q8_0")
+    x = torch.randn(49, shape[0], generator=torch.Generator().manual_seed(4))
+    counts = [*range(1, 34), 48, 49] if shape in SHAPES else [1, 2, 3, 5, 9, 17, 24, 25]
+    for rows in counts:  # every accumulator layout, then several passes of 24 rows
+        assert torch.equal(blocks(x[:rows]), panels(x[:rows])), rows
+    torch.testing.assert_close(blocks(x), x @ weight + bias, rtol=1e-5, atol=1e-4)
+    ratio = (5 if make is q4_1_weight else 8.5) / 32
+    assert blocks.nbytes <= ratio * panels.nbytes * 1.01 + 64 * shape[1]  # 16-column padding aside
+
+
+@needs_avx512
+def test_the_block_product_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="not exactly GGML Q4_1 or Q8_0"):
+        BlockLinear(torch.randn(64, 16), None)
+    blocks = BlockLinear(q4_1_weight((64, 16), 0)[0], None)
+    with pytest.raises(RuntimeError, match="float32"):
+        blocks(torch.ones(2, 64, dtype=torch.float64))
+    with pytest.raises(ValueError, match="conflicts"):
+        Linear.of(q4_1_weight((64, 16), 0)[0], None, "gguf", "eager")
+
+
+def test_without_avx512_a_gguf_target_runs_its_float32_weights_with_a_warning(monkeypatch):
+    from draftverify.models import panel_mm
+
+    monkeypatch.setattr(gpt2_module, "panel_kernel", lambda: panel_mm.KernelStatus(isas=("avx2",)) if kernel().compiled
+                        else panel_mm.KernelStatus(reason="test"))
+    gpt2_module._gguf_fallback.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        product = Linear.of(q4_1_weight((64, 16), 0)[0], None, "gguf")
+    assert not isinstance(product, BlockLinear)
+    assert any("needs AVX-512" in str(w.message) for w in caught)
+    with pytest.raises(ValueError, match="AVX-512"):
+        Linear.of(q4_1_weight((64, 16), 0)[0], None, "gguf", "panel")
+
+
+def block_llama(vocab: int = 50) -> torch.nn.Module:
+    """A tiny Llama whose linear layers hold Q4_1 blocks and whose (tied) embedding Q8_0 blocks, as a
+    model converted from SmolLM2's GGUF file does."""
+    model = tiny_causal_lm(vocab, arch="llama", width=64, dtype=torch.float32, seed=5)
+    with torch.no_grad():
+        for index, module in enumerate(m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head):
+            module.weight.copy_(q4_1_weight(tuple(module.weight.t().shape), 10 + index)[0].t())
+        model.lm_head.weight.copy_(q8_0_weight((64, vocab), 99)[0].t())
+        if model.lm_head.weight is not model.model.embed_tokens.weight:
+            model.model.embed_tokens.weight.copy_(model.lm_head.weight)
+    return model
+
+
+@needs_avx512
+def test_a_llama_target_on_its_blocks_scores_and_decodes_exactly_as_on_float32_weights():
+    from draftverify.engine import generate
+
+    model = block_llama()
+    float32, blocks = TransformersModel(model, kernel="panel-avx512"), TransformersModel(model, quantize="gguf")
+    assert blocks.product_bytes < 0.3 * float32.product_bytes
+    tokens = torch.randint(0, 50, (3, 11), generator=torch.Generator().manual_seed(0))
+    logits = [target.forward(target.new_cache(3), tokens, num_logits=11) for target in (float32, blocks)]
+    assert torch.equal(*logits)  # [B, S, V], bit for bit
+    draft = TransformersModel(tiny_causal_lm(50, width=32, dtype=torch.float32, seed=1))
+    runs = [generate(target, draft, [1, 2, 3], "bv", max_new_tokens=24, draft_length=3, seed=7) for target in (float32, blocks)]
+    assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 24
+
+
+def test_a_target_whose_weights_are_not_blocks_is_refused_at_load():
+    if "avx512" not in kernel().isas:
+        pytest.skip("without AVX-512 a gguf target falls back to float32 (previous test)")
+    with pytest.raises(ValueError, match="GGML"):
+        TransformersModel(tiny_causal_lm(50, arch="llama", width=64, dtype=torch.float32), quantize="gguf")
