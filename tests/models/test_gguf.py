@@ -106,7 +106,8 @@ def test_the_default_target_on_its_gguf_blocks_decodes_what_its_float32_weights_
 
     if "avx512" not in kernel().isas:
         pytest.skip("the GGUF block product runs on AVX-512 CPUs only")
-    pairs = [draftverify.load_pair(quantize=quantize) for quantize in (None, "gguf")]
+    pairs = [draftverify.load_pair(quantize=quantize) for quantize in ("float32", None)]  # None: gguf here
+    assert [pair.target.weight_format for pair in pairs] == ["float32", "gguf"]
     assert pairs[1].target.product_bytes < 0.2 * pairs[0].target.product_bytes  # Q4_1 layers, a Q8_0 output layer
     prompt = encode_prompt(pairs[0].tokenizer, "Write a function that reverses a string.")
     runs = [draftverify.generate(pair.target, pair.draft, prompt, "bv", max_new_tokens=16, seed=5) for pair in pairs]

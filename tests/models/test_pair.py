@@ -9,6 +9,7 @@ from draftverify.engine import generate
 from draftverify.models import pair as pair_module
 from draftverify.models.ngram import NGramDrafter
 from draftverify.models.pair import NGramModel, load_ngram_draft, load_pair
+from draftverify.models.panel_mm import kernel
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
 
 
@@ -64,6 +65,10 @@ def test_named_pairs_pick_their_own_ngram_file_and_folder_targets_name_one(folde
     for target in (None, "smollm2"):
         pair = load_pair(target, "ngram")
         assert pair.draft_name == "ngram" and pair.draft.drafter.order == 2  # the default pair's, not the tiny one
+        assert pair.target.weight_format == "float32"  # weights that are no GGML blocks: float32 by default
+    if "avx512" in kernel().isas:  # asked for, the blocks they are not are an error
+        with pytest.raises(ValueError, match="not exactly GGML"):
+            load_pair(None, "ngram", quantize="gguf")
     assert load_pair("tiny", "ngram").draft.drafter.order == 3
     assert load_ngram_draft(pair.target).drafter.order == 2
     assert load_ngram_draft(pair.target, target_name="tiny").drafter.order == 3

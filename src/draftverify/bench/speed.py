@@ -71,9 +71,10 @@ class SpeedSettings:
     """What ``draftverify bench speed`` measures, as its flags of the same names give it (the defaults
     are the command's): ``num_prompts`` HumanEval prompts, ``max_new_tokens`` each, at one
     ``temperature`` and ``draft_length``; ``multi`` the K of the kseq rows (0: none), ``batch`` the
-    prompts of the batch rows (0: none); ``threads`` 0: torch's choice; ``quantize`` "int8" or "gguf" runs our
-    target with weight-only int8 products (transformers' rows keep its float32 model). The models:
-    see :attr:`models`."""
+    prompts of the batch rows (0: none); ``threads`` 0: torch's choice; ``quantize`` our target's
+    weights (:func:`~draftverify.models.pair.load_pair`'s: None picks the GGUF blocks for a GGUF
+    target on an AVX-512 CPU; transformers' rows keep its float32 model). The models: see
+    :attr:`models`."""
 
     num_prompts: int = 8
     max_new_tokens: int = 128
@@ -276,7 +277,8 @@ def _tables(report: dict[str, Any], batch: int) -> str:
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
                ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
                ("tokens", "tokens", "d")]
-    parts = [table_of(report["methods"], columns, markdown=False), "\nmean ms per step",
+    parts = [f"our target's weights: {report['settings'].get('weight_format')}", table_of(report["methods"], columns, markdown=False),
+             "\nmean ms per step",
              table_of([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
                       [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
                                                                              "total")], markdown=False)]
@@ -351,7 +353,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         command=command_line("speed", args, leave_out=("json",)),
         settings=dict(prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       draft_length=args.draft_length, multi=args.multi, tiny=args.tiny, quantize=args.quantize,
-                      threads=torch.get_num_threads()),
+                      weight_format=getattr(target, "weight_format", None), threads=torch.get_num_threads()),
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],

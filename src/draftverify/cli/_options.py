@@ -23,15 +23,15 @@ OptionItems = Annotated[list[str], typer.Option(
 TargetFolder = Annotated[str | None, typer.Option(help="Target: 'smollm2' (the default pair), 'tiny' (the embedded 7M pair), a .gguf file or a local transformers folder.", show_default="smollm2")]
 def _weight_format(value: str | None) -> str | None:
     if value not in (None, *QUANTIZE):
-        raise typer.BadParameter(f"must be one of {', '.join(QUANTIZE)} (or left out for float32), got {value}")
+        raise typer.BadParameter(f"must be one of {', '.join(QUANTIZE)}, got {value}")
     return value
 
 
 Quantize = Annotated[str | None, typer.Option(
-    metavar="|".join(QUANTIZE), callback=_weight_format, help="The target's weights: int8, weight-only int8 (per output channel, quantized "
-    "once at load; a quarter of the bytes per call; the target's law is then the int8 model's); gguf, a target converted from a GGUF file "
-    "streamed as the GGML blocks its weights came from (Q4_1/Q8_0, AVX-512; the same model, bit-identical products, 5 bits a weight).",
-    show_default="float32")]
+    metavar="|".join(QUANTIZE), callback=_weight_format, help="The target's weights: float32; int8, weight-only int8 (per output channel, "
+    "quantized once at load; a quarter of the bytes per call; the target's law is then the int8 model's); gguf, a target converted from a "
+    "GGUF file streamed as the GGML blocks its weights came from (Q4_1/Q8_0, AVX-512; the same model, bit-identical products, 5 bits a "
+    "weight).", show_default="gguf for a GGUF target on an AVX-512 CPU, else float32")]
 DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the named target's own draft")]
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 DraftLength = Annotated[str | None, typer.Option(

@@ -22,9 +22,13 @@ import torch
 
 from .panel_mm import PANEL, kernel
 
-__all__ = ["BLOCK", "BlockLinear", "dequantize", "find_q4_1", "find_q8_0", "random_q4_1"]
+__all__ = ["BLOCK", "BlockLinear", "NotBlocks", "dequantize", "find_q4_1", "find_q8_0", "random_q4_1"]
 
 BLOCK = 32  # weights per block, along the input dimension
+
+
+class NotBlocks(ValueError):
+    """A weight that is not exactly GGML Q4_1 or Q8_0 blocks."""
 
 
 def _blocks(weight: torch.Tensor) -> torch.Tensor:
@@ -112,8 +116,8 @@ def _panels(values: torch.Tensor) -> torch.Tensor:
 
 class BlockLinear:
     """``x @ weight + bias`` for x [M, in] over weight [in, out] held as Q4_1 blocks, else Q8_0
-    blocks (module doc), packed at construction; ``ValueError`` if it is neither exactly, or if the
-    CPU has no AVX-512 (the block product's instruction set)."""
+    blocks (module doc), packed at construction; :class:`NotBlocks` if it is neither exactly,
+    ``ValueError`` if the CPU has no AVX-512 (the block product's instruction set)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         if "avx512" not in kernel().isas:
@@ -129,7 +133,7 @@ class BlockLinear:
             else:
                 found = find_q8_0(weight)
                 if found is None:
-                    raise ValueError(f"weight {tuple(weight.shape)} is not exactly GGML Q4_1 or Q8_0 blocks "
+                    raise NotBlocks(f"weight {tuple(weight.shape)} is not exactly GGML Q4_1 or Q8_0 blocks "
                                      "(quantize='gguf' takes a model converted from a GGUF file)")
                 q, d = found
                 self.codes, self.format, self.offsets = _panels(q), "Q8_0", None

@@ -38,8 +38,8 @@ from .panel_mm import kernel as panel_kernel
 __all__ = ["QUANTIZE", "GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
            "output_logits"]
 
-# the target's weight formats besides float32 (None): weight-only int8 (a new model), the GGUF blocks (the same)
-QUANTIZE = ("int8", "gguf")
+# the target's weight formats: float32 (also None), weight-only int8 (a new model), its GGUF blocks (the same model)
+QUANTIZE = ("float32", "int8", "gguf")
 
 # store a layer's new keys and values [B, H, S, D]; return the layer's keys and values so far [B, H, T, D]
 KVWrite = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -96,12 +96,13 @@ class Linear:
         """The product for a weight [in, out]: the panel kernel for float32 weights where it runs
         (``kernel`` "panel", "panel-avx2", "panel-avx512" or "eager" overrides
         :func:`.panel_mm.kernel`'s choice; "panel" runs its best instruction set), else eager:
-        oneDNN-packed when it can, ``addmm`` otherwise. ``quantize="int8"``: the weight-only int8
+        oneDNN-packed when it can, ``addmm`` otherwise (``quantize`` None or "float32"). ``quantize="int8"``: the weight-only int8
         product (eager: over the dequantized weights). ``quantize="gguf"``: the same weights as the
         GGML blocks they were dequantized from (:class:`.ggml_blocks.BlockLinear`, AVX-512; bit-identical
         to the float32 panel product); on a CPU without AVX-512, the float32 product with a warning."""
         if quantize not in (None, *QUANTIZE):
             raise ValueError(f"quantize must be None or one of {QUANTIZE}, got {quantize!r}")
+        quantize = None if quantize == "float32" else quantize
         panels = ("panel", *(f"panel-{isa}" for isa in ISAS))
         if kernel not in (None, "eager", *panels):
             raise ValueError(f"kernel must be None, 'eager' or one of {panels}, got {kernel!r}")

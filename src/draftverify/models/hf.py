@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .base import Cache, LanguageModel
+from .ggml_blocks import BlockLinear
 from .gpt2 import GPT2Weights, is_lean_gpt2
 from .llama import LlamaWeights, is_lean_llama
 from .masks import additive, causal_mask, slot_mask, tree_mask
@@ -73,7 +74,9 @@ class TransformersModel(LanguageModel):
     None picks, "panel" or "eager" insists). ``quantize="int8"`` (lean forwards only): weight-only
     int8 linear and output layers, quantized once from the model's weights; the model's law is then
     the int8 model's. ``quantize="gguf"``: a model converted from a GGUF file streams its weights
-    as the GGML blocks they came from (:mod:`.ggml_blocks`): the same model, 5 bits a weight."""
+    as the GGML blocks they came from (:mod:`.ggml_blocks`): the same model, 5 bits a weight (float32
+    where the CPU has no AVX-512, with a warning). ``weight_format``: "float32", "int8" or "gguf", what
+    the products stream."""
 
     def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,
                  static_length: int | None = None, quantize: str | None = None, kernel: str | None = None):
@@ -90,9 +93,11 @@ class TransformersModel(LanguageModel):
             eos = getattr(model.generation_config, "eos_token_id", None)
         self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
         lean = GPT2Weights if is_lean_gpt2(model) else LlamaWeights if is_lean_llama(model) else None
-        if lean is None and (quantize is not None or kernel is not None):
+        if lean is None and (quantize not in (None, "float32") or kernel is not None):
             raise ValueError(f"{type(model).__name__}: quantize and kernel apply to the lean GPT-2 and Llama forwards only")
         self._lean = None if lean is None else lean.of(model, quantize, kernel)
+        self.weight_format = ("gguf" if isinstance(getattr(self._lean, "head", None), BlockLinear)
+                              else "int8" if quantize == "int8" else "float32")  # what the products stream
         self.kv_cache = kv_cache or ("static" if self._lean is not None else "dynamic")
         if self.kv_cache not in ("static", "dynamic"):
             raise ValueError(f"kv_cache must be 'static' or 'dynamic', got {kv_cache!r}")

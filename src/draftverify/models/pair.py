@@ -73,10 +73,12 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     for the named pair's own draft (a file or folder target needs one named). Models must be local
     paths: a hub id raises ``ValueError`` at once, a missing path ``FileNotFoundError``
     (:func:`.hf.resolve_model_path`). A draft whose vocabulary differs from the target's raises
-    ``ValueError``. ``quantize="int8"``: the target's linear and output layers as weight-only int8
-    (:class:`.hf.TransformersModel`); the target's law is then the int8 model's. ``quantize="gguf"``:
-    a GGUF target's weights streamed as its GGML blocks (:mod:`.ggml_blocks`), the same model;
-    ``ValueError`` for a target whose weights are not such blocks.
+    ``ValueError``. ``quantize``, the target's weights (:class:`.hf.TransformersModel`): "float32";
+    "int8", weight-only int8 (the target's law is then the int8 model's); "gguf", a GGUF target's
+    weights streamed as the GGML blocks they came from (:mod:`.ggml_blocks`; the same model, its
+    products bit-identical to float32's; ``ValueError`` for weights that are not such blocks); None,
+    "gguf" for a GGUF target (the default pair, a ``.gguf`` file) where the CPU runs the block
+    product (AVX-512) and its weights are Q4_1 / Q8_0 blocks, else "float32".
     """
     name = "smollm2" if target is None else str(target)
     if name == "tiny":
@@ -86,8 +88,7 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     elif name == "smollm2" or name.endswith(".gguf"):
         from .gguf import converted_folder
 
-        target_model = TransformersModel.from_pretrained(converted_folder(None if name == "smollm2" else name),
-                                                         tokenizer=tokenizer, quantize=quantize)
+        target_model = _gguf_target(converted_folder(None if name == "smollm2" else name), tokenizer, quantize)
         own_draft = SMOLLM2_DRAFT if name == "smollm2" else None
     else:
         target_model, own_draft = TransformersModel.from_pretrained(target, tokenizer=tokenizer, quantize=quantize), None
@@ -106,6 +107,20 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
         draft_model, draft_name = load_draft(draft, target_model), str(draft)
     _check_same_vocabulary(target_model, draft_model, draft_name)
     return ModelPair(target_model, draft_model, target_model.tokenizer, draft_name)
+
+
+def _gguf_target(folder: Path, tokenizer: str | Path | None, quantize: str | None) -> TransformersModel:
+    """A target converted from a GGUF file, its weights as ``quantize`` says (None: its GGML blocks
+    where they are Q4_1 / Q8_0 and the CPU runs the block product, else float32: the same model)."""
+    from .ggml_blocks import NotBlocks
+    from .panel_mm import kernel
+
+    if quantize is None and "avx512" in kernel().isas:
+        try:
+            return TransformersModel.from_pretrained(folder, tokenizer=tokenizer, quantize="gguf")
+        except NotBlocks:  # other GGML formats (Q4_K, Q6_K, F16, ...): their float32 weights
+            pass
+    return TransformersModel.from_pretrained(folder, tokenizer=tokenizer, quantize=quantize)
 
 
 def load_draft(folder: str | Path, target: TransformersModel) -> LanguageModel:
