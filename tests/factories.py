@@ -2,7 +2,7 @@
 from them (draft tokens sampled from their draft rows), one-hot rows, conditional tables for the
 theory (random, order-1, or a known-law Markov model's) and a hypothesis strategy of distribution
 pairs; the engine's models of a known-law pair; the tiny random transformer pair (as models, or
-written to folders for the command line); a tiny feature-draft pair; any registered verifier; the synthetic SPRINTER
+written to folders for the command line); a tiny feature-draft pair; weights made of GGML blocks and a tiny Llama of them; any registered verifier; the synthetic SPRINTER
 classifier of given rates. The broken twins are in ``tests/verify/broken_twins.py`` and
 ``tests/testing/conform_twins.py``."""
 
@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from draftverify import get_verifier, verifiers
 from draftverify.models.feature_draft import FeatureDraft, FeatureHead
+from draftverify.models.ggml_blocks import BLOCK, dequantize
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import ToyModel, tiny_causal_lm
 from draftverify.testing import KnownLawPair, MarkovModel
@@ -164,3 +165,36 @@ class RateClassifier:
         rates = [torch.from_numpy(np.broadcast_to(r, (draft_probs.shape[-1],)).copy())[tokens.long()]
                  for r in (self.false_positive_rate, self.true_positive_rate)]
         return torch.where(unacceptable, rates[0], rates[1])  # [N] float64
+
+
+def q4_1_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
+    """A [K, N] float32 weight dequantized from random Q4_1 blocks, with its codes, scales, offsets."""
+    gen = torch.Generator().manual_seed(seed)
+    k, n = shape
+    q = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.uint8)
+    q[::BLOCK], q[1::BLOCK] = 0, 15  # ggml's quantizer gives every block its minimum (q = 0) and maximum (15)
+    d = (torch.rand(k // BLOCK, n, generator=gen) * 0.01 + 1e-4).half()
+    m = (-torch.rand(k // BLOCK, n, generator=gen) * 0.08).half()
+    return dequantize(q, d, m), q, d, m
+
+
+def q8_0_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    k, n = shape
+    q = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
+    q[::BLOCK] = 127  # ggml's scale gives every block a weight of |q| = 127
+    d = (torch.rand(k // BLOCK, n, generator=gen) * 0.001 + 1e-5).half()
+    return dequantize(q, d), q, d
+
+
+def block_llama(vocab: int = 50) -> torch.nn.Module:
+    """A tiny Llama whose linear layers hold Q4_1 blocks and whose (tied) embedding Q8_0 blocks, as a
+    model converted from SmolLM2's GGUF file does."""
+    model = tiny_causal_lm(vocab, arch="llama", width=64, dtype=torch.float32, seed=5)
+    with torch.no_grad():
+        for index, module in enumerate(m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head):
+            module.weight.copy_(q4_1_weight(tuple(module.weight.t().shape), 10 + index)[0].t())
+        model.lm_head.weight.copy_(q8_0_weight((64, vocab), 99)[0].t())
+        if model.lm_head.weight is not model.model.embed_tokens.weight:
+            model.model.embed_tokens.weight.copy_(model.lm_head.weight)
+    return model

@@ -17,30 +17,11 @@ from draftverify.models.gpt2 import Linear
 from draftverify.models.hf import TransformersModel
 from draftverify.models.panel_mm import PanelLinear, kernel
 from draftverify.models.toy import tiny_causal_lm
+from tests.factories import block_llama, q4_1_weight, q8_0_weight
 
 needs_avx512 = pytest.mark.skipif("avx512" not in kernel().isas, reason="the block product runs on AVX-512 CPUs only")
 SHAPES = [(576, 576), (576, 960), (1536, 576), (64, 5), (32, 17)]  # [in, out]: SmolLM2's products, odd ones
 WIDE = [(576, 3072), (576, 49152)]  # its gate and up, its output layer: fewer row counts (time)
-
-
-def q4_1_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
-    """A [K, N] float32 weight dequantized from random Q4_1 blocks, with its codes, scales, offsets."""
-    gen = torch.Generator().manual_seed(seed)
-    k, n = shape
-    q = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.uint8)
-    q[::BLOCK], q[1::BLOCK] = 0, 15  # ggml's quantizer gives every block its minimum (q = 0) and maximum (15)
-    d = (torch.rand(k // BLOCK, n, generator=gen) * 0.01 + 1e-4).half()
-    m = (-torch.rand(k // BLOCK, n, generator=gen) * 0.08).half()
-    return dequantize(q, d, m), q, d, m
-
-
-def q8_0_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(seed)
-    k, n = shape
-    q = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
-    q[::BLOCK] = 127  # ggml's scale gives every block a weight of |q| = 127
-    d = (torch.rand(k // BLOCK, n, generator=gen) * 0.001 + 1e-5).half()
-    return dequantize(q, d), q, d
 
 
 def test_dequantize_is_ggml_formula_and_random_blocks_are_found():
@@ -121,19 +102,6 @@ def test_without_avx512_a_gguf_target_runs_its_float32_weights_with_a_warning(mo
     assert any("needs AVX-512" in str(w.message) for w in caught)
     with pytest.raises(ValueError, match="AVX-512"):
         Linear.of(q4_1_weight((64, 16), 0)[0], None, "gguf", "panel")
-
-
-def block_llama(vocab: int = 50) -> torch.nn.Module:
-    """A tiny Llama whose linear layers hold Q4_1 blocks and whose (tied) embedding Q8_0 blocks, as a
-    model converted from SmolLM2's GGUF file does."""
-    model = tiny_causal_lm(vocab, arch="llama", width=64, dtype=torch.float32, seed=5)
-    with torch.no_grad():
-        for index, module in enumerate(m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head):
-            module.weight.copy_(q4_1_weight(tuple(module.weight.t().shape), 10 + index)[0].t())
-        model.lm_head.weight.copy_(q8_0_weight((64, vocab), 99)[0].t())
-        if model.lm_head.weight is not model.model.embed_tokens.weight:
-            model.model.embed_tokens.weight.copy_(model.lm_head.weight)
-    return model
 
 
 @needs_avx512

@@ -176,7 +176,7 @@ class TransformersModel(LanguageModel):
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
                 keep = (kv.write_features,) if self.feature_size else ()  # hidden states for a feature draft
-                logits = self._lean(kv.write, tokens, positions, mask, num_logits, *keep)
+                logits = self._lean(kv, tokens, positions, mask, num_logits, *keep)
                 kv.advance(tokens.shape[1])
             elif self._lean is not None:
                 layers = cache.backend.layers

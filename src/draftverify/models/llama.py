@@ -19,9 +19,10 @@ import torch.nn.functional as F
 
 from .gpt2 import KVWrite, Linear, linear_bytes, output_logits
 from .ggml_blocks import BlockLinear
-from .panel_mm import PanelLinear
+from .panel_mm import ISAS, PanelLinear
+from .static_cache import StaticKV
 
-__all__ = ["LlamaWeights", "is_lean_llama", "llama_forward", "llama_layers", "layer_weights"]
+__all__ = ["LlamaWeights", "compiled_layers", "is_lean_llama", "llama_forward", "llama_layers", "layer_weights"]
 
 
 def is_lean_llama(model: Any) -> bool:
@@ -49,6 +50,7 @@ class LlamaWeights:
     head_dim: int
     head: Linear | PanelLinear | BlockLinear
     head_module: torch.nn.Module
+    compiled: tuple[list[Any], ...] | None = None  # the layers as the compiled loop takes them (compiled_layers)
 
     @classmethod
     def of(cls, model: Any, quantize: str | None = None, kernel: str | None = None) -> LlamaWeights:
@@ -60,7 +62,7 @@ class LlamaWeights:
             head = Linear.of(model.lm_head.weight.t().contiguous(), model.lm_head.bias, quantize, kernel)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return cls(body.embed_tokens.weight, layers, body.norm, body.rotary_emb, config.num_attention_heads,
-                   config.num_key_value_heads, head_dim, head, model.lm_head)
+                   config.num_key_value_heads, head_dim, head, model.lm_head, compiled_layers(layers))
 
     @property
     def kv_shape(self) -> tuple[int, int, int]:
@@ -94,6 +96,32 @@ def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = 
                 linear(mlp.down_proj))
 
 
+def compiled_layers(layers: tuple[tuple[Any, ...], ...]) -> tuple[list[Any], ...] | None:
+    """The layers (tuples of :func:`layer_weights`) as ``csrc/llama_layers.cpp`` takes them: norm
+    weights and epsilons, then per product its kind (0 / 1: the panel kernel in AVX2 / AVX-512, 2:
+    GGUF blocks), weights, scales, offsets, bias and output size; None if a product runs torch's
+    kernels (no compiled kernel here), so the loop stays in Python."""
+    norms, eps, kind, weights, scales, offsets, biases, outputs = ([] for _ in range(8))
+    for norm1, qkv, o_proj, norm2, gate_up, down in layers:
+        norms += [norm1.weight, norm2.weight]
+        eps += [norm1.variance_epsilon, norm2.variance_epsilon]
+        for product in (qkv, o_proj, gate_up, down):
+            if isinstance(product, BlockLinear):
+                kind.append(2)
+                weights.append(product.codes)
+                offsets.append(product.offsets)
+            elif isinstance(product, PanelLinear):
+                kind.append(ISAS.index(product.isa))
+                weights.append(product.panels)
+                offsets.append(None)
+            else:
+                return None
+            scales.append(product.scales)
+            biases.append(product.bias)
+            outputs.append(product.out_features)
+    return norms, eps, kind, weights, scales, offsets, biases, outputs
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of x [B, H, S, D]: pairs (x_i, x_{i + D/2}) turned by the position's angles."""
     half = x.shape[-1] // 2
@@ -119,12 +147,19 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
     ``head_dim``) applied to the input states ``x`` [B, S, E]: the states after the last layer.
     Fewer operations a layer than the model's modules, the same arithmetic: the RMS norms as one
-    fused operation each (``F.rms_norm``, the modules' formula), queries and keys rotated together."""
+    fused operation each (``F.rms_norm``, the modules' formula), queries and keys rotated together.
+    Where ``write`` is a :class:`.static_cache.StaticKV` and ``weights.compiled`` is set, the loop
+    runs in C++ (``csrc/llama_layers.cpp``): the same operations in the same order, the same bits,
+    without the interpreter between them."""
     rows, size, width = x.shape
     cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]
     grouped = weights.kv_heads != weights.heads
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
+    compiled = getattr(weights, "compiled", None)
+    if compiled is not None and isinstance(write, StaticKV):
+        return torch.ops.draftverify.llama_layers(x, cos, sin, mask, write.keys, write.values, write.length,
+                                                  heads, kv_heads, head_dim, *compiled)
     for index, (norm1, qkv, o_proj, norm2, gate_up, down) in enumerate(weights.layers):
         h = F.rms_norm(x, (width,), norm1.weight, norm1.variance_epsilon).view(-1, width)  # [B S, E], as norm1(x)
         qk, v = qkv(h).split([(heads + kv_heads) * head_dim, kv_heads * head_dim], -1)

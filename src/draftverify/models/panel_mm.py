@@ -52,7 +52,7 @@ __all__ = ["ENV", "ISAS", "PANEL", "KernelStatus", "PanelLinear", "kernel", "pac
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
 ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
 PANEL = 16  # output columns per panel: two 8-float AVX registers
-SOURCE = Path(__file__).resolve().parent / "csrc" / "panel_mm.cpp"
+SOURCES = [Path(__file__).resolve().parent / "csrc" / name for name in ("panel_mm.cpp", "llama_layers.cpp")]
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 
 
@@ -102,7 +102,7 @@ def _compile(highest: str) -> KernelStatus:
     directory.mkdir(parents=True, exist_ok=True)
     built = not any(directory.glob("*.so"))
     start = time.perf_counter()
-    cpp_extension.load("draftverify_panel_mm", [str(SOURCE)], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
+    cpp_extension.load("draftverify_panel_mm", [str(source) for source in SOURCES], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
                        build_directory=str(directory), is_python_module=False)
     seconds = time.perf_counter() - start
     isas = tuple(isa for isa in torch.ops.draftverify.panel_mm_isas() if ISAS.index(isa) <= ISAS.index(highest))

@@ -68,6 +68,10 @@ class StaticKV:
         self.values[layer][:, :, self.length : end] = values
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    def __call__(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`write` (a cache is the forwards' ``write``; the compiled Llama layers write its buffers themselves)."""
+        return self.write(layer, keys, values)
+
     def advance(self, size: int) -> None:
         self.length += size
 

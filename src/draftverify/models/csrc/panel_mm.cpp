@@ -24,6 +24,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "panel_mm.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -331,6 +333,10 @@ void panel_mm_impl(const Product<W>& a, bool avx512) {
   });
 }
 
+}  // namespace
+
+namespace draftverify {
+
 at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::optional<at::Tensor>& scales,
                     const std::optional<at::Tensor>& bias, int64_t N, c10::string_view isa) {
   TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be 'avx2' or 'avx512', got ", isa);
@@ -406,9 +412,10 @@ std::vector<std::string> panel_mm_isas() {
   return isas;
 }
 
-}  // namespace
+}  // namespace draftverify
 
 TORCH_LIBRARY(draftverify, m) {
+  using namespace draftverify;
   m.def("panel_mm(Tensor x, Tensor panels, Tensor? scales, Tensor? bias, int n, str isa) -> Tensor", &panel_mm);
   m.def("panel_mm_isas() -> str[]", &panel_mm_isas);
   m.def("block_mm(Tensor x, Tensor codes, Tensor scales, Tensor? offsets, Tensor? bias, int n) -> Tensor", &block_mm);

@@ -1,0 +1,18 @@
+// The products of panel_mm.cpp, for the other sources of the extension (llama_layers.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace draftverify {
+
+// x [M, K] @ W (* scales) (+ bias) over float32 or int8 panels [ceil(N / 16), K, 16]; isa "avx2" or "avx512".
+at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::optional<at::Tensor>& scales,
+                    const std::optional<at::Tensor>& bias, int64_t N, c10::string_view isa);
+
+// x [M, K] @ W (+ bias) over GGML Q4_1 (offsets given) or Q8_0 blocks packed in panels (AVX-512).
+at::Tensor block_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
+                    const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N);
+
+}  // namespace draftverify
