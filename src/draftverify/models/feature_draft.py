@@ -37,7 +37,7 @@ from torch import nn
 from .base import Cache, LanguageModel
 from .gpt2 import Linear
 from .hf import TransformersModel
-from .llama import layer_weights, llama_layers
+from .llama import compiled_layers, layer_weights, llama_layers
 from .masks import causal_mask, slot_mask
 from .static_cache import StaticKV
 
@@ -105,6 +105,7 @@ class _Layer:
     heads: int
     kv_heads: int
     head_dim: int
+    compiled: tuple[list[Any], ...] | None = None  # as :func:`~.llama.compiled_layers` gives it
 
 
 class _Backend:
@@ -142,8 +143,9 @@ class FeatureDraft(LanguageModel):
             self.embedding = target.model.get_input_embeddings().weight  # [V, E]
             self.fc = Linear.of(head.fc.weight.t(), None, quantize, kernel)  # [2E, E]
             self.output = Linear.of(head.head.weight.t().contiguous(), None, quantize, kernel)  # [E, N]
-        self.layer = _Layer((layer_weights(head.layer, quantize, kernel),), head.rotary, config.num_attention_heads,
-                            config.num_key_value_heads, config.head_dim)
+        layers = (layer_weights(head.layer, quantize, kernel),)
+        self.layer = _Layer(layers, head.rotary, config.num_attention_heads, config.num_key_value_heads,
+                            config.head_dim, compiled_layers(layers))
         self.vocab = head.vocab
 
     @classmethod
@@ -195,7 +197,7 @@ class FeatureDraft(LanguageModel):
             x = self.fc(torch.cat([self.embedding[tokens], features], -1).view(rows * size, -1)).view(rows, size, -1)
             mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
             kv.reserve(size)
-            hidden = self.head_module.norm(llama_layers(self.layer, kv.write, x, positions, mask))  # [B, S, E]
+            hidden = self.head_module.norm(llama_layers(self.layer, kv, x, positions, mask))  # [B, S, E]
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
             subset = self.output(hidden[:, -num_logits:].reshape(rows * num_logits, -1))  # [B n, N]
