@@ -22,12 +22,12 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
-__all__ = ["DraftConfig", "distill_draft", "draft_model", "load_shards", "resume", "save_checkpoint", "set_learning_rate",
+__all__ = ["DraftConfig", "distill_draft", "draft_model", "load_shards", "shard_rows", "resume", "save_checkpoint", "set_learning_rate",
            "teacher_batch"]
 
 
@@ -76,16 +76,21 @@ def draft_model(target, config: DraftConfig):
     return draft
 
 
+def shard_rows(paths: Iterable[Path]) -> Iterator[tuple[np.ndarray, int, np.ndarray, np.ndarray]]:
+    """Every answered prompt of the teacher shards ``paths``, each shard's arrays read once: (prompt
+    and answer tokens, answer start, top ids [A, k], top probabilities [A, k] float32)."""
+    for path in paths:
+        with np.load(path) as data:
+            tokens, starts, lengths = data["tokens"], data["answer_start"], data["answer_length"]
+            top_ids, top_probs = data["top_ids"], data["top_probs"]
+        for b, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
+            yield tokens[b, : start + length], start, top_ids[b, :length], top_probs[b, :length].astype(np.float32)
+
+
 def load_shards(folder: Path, pattern: str = "shard-*.npz") -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray]]:
-    """Every answered prompt of the teacher shards in ``folder`` (those matching ``pattern``):
-    (tokens, answer start, top ids [A, k], top probabilities [A, k])."""
-    rows = []
-    for path in sorted(Path(folder).glob(pattern)):
-        data = np.load(path)
-        for i in range(len(data["answer_start"])):
-            start, length = int(data["answer_start"][i]), int(data["answer_length"][i])
-            rows.append((data["tokens"][i, : start + length], start, data["top_ids"][i, :length],
-                         data["top_probs"][i, :length].astype(np.float32)))
+    """Every answered prompt of the teacher shards in ``folder`` (those matching ``pattern``), as
+    :func:`shard_rows` gives them."""
+    rows = list(shard_rows(sorted(Path(folder).glob(pattern))))
     if not rows:
         raise FileNotFoundError(f"{folder}: no teacher shards (shard-*.npz)")
     return rows

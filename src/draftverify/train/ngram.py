@@ -24,6 +24,7 @@ import torch
 
 from ..formulas import overlap
 from ..models.ngram import NGramDrafter
+from .draft import shard_rows
 from .measure import acceptance, mean_and_stderr, teacher_forced_probs
 
 __all__ = ["NGramConfig", "answer_counts", "exact_acceptance", "shard_sequences", "topk_acceptance", "train_ngram"]
@@ -52,12 +53,8 @@ def _shards(folders: Sequence[Path]) -> list[Path]:
 def shard_sequences(folders: Sequence[Path], *, prompts: bool, context: int) -> Iterator[np.ndarray]:
     """Token id sequences of the teacher shards in ``folders``: whole sequences (``prompts``) or
     each answer with the ``context`` prompt tokens before it."""
-    for path in _shards(folders):
-        with np.load(path) as data:
-            tokens, starts, lengths = data["tokens"], data["answer_start"], data["answer_length"]
-        for row, start, length in zip(tokens, starts.tolist(), lengths.tolist()):
-            first = 0 if prompts else max(start - context, 0)
-            yield row[first:start + length]
+    for tokens, start, _, _ in shard_rows(_shards(folders)):
+        yield tokens[0 if prompts else max(start - context, 0):]
 
 
 def answer_counts(folders: Sequence[Path]) -> tuple[int, int]:
@@ -72,16 +69,6 @@ def train_ngram(folders: Sequence[Path], vocab_size: int, config: NGramConfig = 
     return NGramDrafter.train(sequences, vocab_size, order=config.order)
 
 
-def _answers(folders: Sequence[Path]) -> Iterator[tuple[list[int], int, np.ndarray, np.ndarray]]:
-    """(prompt and answer tokens, answer start, top ids [A, k], top probabilities [A, k]) per answer."""
-    for path in _shards(folders):
-        with np.load(path) as data:
-            tokens, starts, lengths = data["tokens"], data["answer_start"], data["answer_length"]
-            top_ids, top_probs = data["top_ids"], data["top_probs"]
-        for b, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
-            yield tokens[b, :start + length].tolist(), start, top_ids[b, :length], top_probs[b, :length]
-
-
 def _draft_probs(drafter: NGramDrafter, tokens: list[int], start: int) -> torch.Tensor:
     """``[A, V]``: the drafter's law before each answer token."""
     return drafter.next_token_probs([tokens[:j] for j in range(start, len(tokens))])
@@ -91,9 +78,9 @@ def topk_acceptance(drafter: NGramDrafter, folders: Sequence[Path]) -> dict:
     """Teacher-forced lower bound of the acceptance at each answer position of the shards in
     ``folders`` from the stored top-k (module doc): mean, standard error, positions."""
     values: list[float] = []
-    for tokens, start, top_ids, top_probs in _answers(folders):
-        draft_at = _draft_probs(drafter, tokens, start).gather(1, torch.from_numpy(top_ids.astype(np.int64)))  # [A, k]
-        values += overlap(torch.from_numpy(top_probs.astype(np.float32)), draft_at).tolist()
+    for tokens, start, top_ids, top_probs in shard_rows(_shards(folders)):
+        draft_at = _draft_probs(drafter, tokens.tolist(), start).gather(1, torch.from_numpy(top_ids.astype(np.int64)))  # [A, k]
+        values += overlap(torch.from_numpy(top_probs), draft_at).tolist()
     return mean_and_stderr(values)
 
 
@@ -102,7 +89,8 @@ def exact_acceptance(drafter: NGramDrafter, target, folders: Sequence[Path]) -> 
     (a ``transformers`` causal LM) run over each sequence at temperature 1: mean, standard error,
     positions."""
     values: list[float] = []
-    for tokens, start, _, _ in _answers(folders):
+    for row, start, _, _ in shard_rows(_shards(folders)):
+        tokens = row.tolist()
         target_probs = teacher_forced_probs(target, tokens[:start], tokens[start:])      # [A, V]
         values += acceptance(target_probs, _draft_probs(drafter, tokens, start)).tolist()
     return mean_and_stderr(values)
