@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .panel_mm import PANEL, kernel
+from .panel_mm import kernel, pack
 
 __all__ = ["BLOCK", "BlockLinear", "NotBlocks", "dequantize", "find_q4_1", "find_q8_0", "random_q4_1"]
 
@@ -105,15 +105,6 @@ def find_q8_0(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     return q.to(torch.int8).view_as(weight), d.half()
 
 
-def _panels(values: torch.Tensor) -> torch.Tensor:
-    """[R, N] -> [ceil(N / 16), R, 16] contiguous, the last panel zero-padded."""
-    rows, n = values.shape
-    count = -(-n // PANEL)
-    padded = values.new_zeros(rows, count * PANEL)
-    padded[:, :n] = values
-    return padded.view(rows, count, PANEL).transpose(0, 1).contiguous()
-
-
 class BlockLinear:
     """``x @ weight + bias`` for x [M, in] over weight [in, out] held as Q4_1 blocks, else Q8_0
     blocks (module doc), packed at construction; :class:`NotBlocks` if it is neither exactly,
@@ -128,16 +119,16 @@ class BlockLinear:
             if found is not None:
                 q, d, m = found
                 pairs = q.view(-1, 2, q.shape[1])  # [K / 2, 2, N]: rows 2j and 2j + 1
-                self.codes = _panels(pairs[:, 0] | (pairs[:, 1] << 4))
-                self.format, self.offsets = "Q4_1", _panels(m)
+                self.codes = pack(pairs[:, 0] | (pairs[:, 1] << 4))
+                self.format, self.offsets = "Q4_1", pack(m)
             else:
                 found = find_q8_0(weight)
                 if found is None:
                     raise NotBlocks(f"weight {tuple(weight.shape)} is not exactly GGML Q4_1 or Q8_0 blocks "
                                      "(quantize='gguf' takes a model converted from a GGUF file)")
                 q, d = found
-                self.codes, self.format, self.offsets = _panels(q), "Q8_0", None
-            self.scales = _panels(d)
+                self.codes, self.format, self.offsets = pack(q), "Q8_0", None
+            self.scales = pack(d)
             self.bias = None if bias is None else bias.detach().float().contiguous()
 
     @property
