@@ -73,7 +73,7 @@ def compare(
     specs: tuple[str, ...] = DEMO_SPECS,
     max_new_tokens: int = 96,
     temperature: float = 1.0,
-    draft_length: int = 4,
+    draft_length: int | str = 4,
     seed: int = 0,
     target: LanguageModel | None = None,
     drafts: dict[str, LanguageModel] | None = None,

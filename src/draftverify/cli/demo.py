@@ -63,8 +63,10 @@ def demo(
             from ..bench.compare import compare
 
             quiet_transformers()
-            print("== SmolLM2-135M-Instruct with its draft, one chat prompt (temperature 0.6) ==")
-            compare(max_new_tokens=max_new_tokens, temperature=0.6, progress=progress)  # a 135M model wanders at 1
+            print("== SmolLM2-135M-Instruct with its draft, one chat prompt (temperature 0.6, L chosen while decoding) ==")
+            # a 135M model wanders at temperature 1; L from the decoding's own costs and acceptance (--draft-length auto):
+            # on the GGUF blocks a target call of several tokens costs more than on float32 weights, and the best L is short
+            compare(max_new_tokens=max_new_tokens, temperature=0.6, draft_length="auto", progress=progress)
             print(f"one run of {max_new_tokens} tokens per method on one prompt: tokens/s and speedups move a lot "
                   "from run to run on a shared CPU (sd has read 1.8x, then 0.3x); for repeated runs with "
                   "intervals, run `draftverify bench speed` (docs/results/speed.md).")
