@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from draftverify import get_verifier, verifiers
 from draftverify.models.feature_draft import FeatureDraft, FeatureHead
-from draftverify.models.ggml_blocks import BLOCK, dequantize
+from draftverify.models.ggml_blocks import BLOCK, dequantize, random_q4_1
 from draftverify.models.hf import TransformersModel
 from draftverify.models.toy import ToyModel, tiny_causal_lm
 from draftverify.testing import KnownLawPair, MarkovModel
@@ -167,15 +167,9 @@ class RateClassifier:
         return torch.where(unacceptable, rates[0], rates[1])  # [N] float64
 
 
-def q4_1_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
-    """A [K, N] float32 weight dequantized from random Q4_1 blocks, with its codes, scales, offsets."""
-    gen = torch.Generator().manual_seed(seed)
-    k, n = shape
-    q = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.uint8)
-    q[::BLOCK], q[1::BLOCK] = 0, 15  # ggml's quantizer gives every block its minimum (q = 0) and maximum (15)
-    d = (torch.rand(k // BLOCK, n, generator=gen) * 0.01 + 1e-4).half()
-    m = (-torch.rand(k // BLOCK, n, generator=gen) * 0.08).half()
-    return dequantize(q, d, m), q, d, m
+def q4_1_weight(shape: tuple[int, int], seed: int) -> torch.Tensor:
+    """A [K, N] float32 weight dequantized from random Q4_1 blocks (:func:`~draftverify.models.ggml_blocks.random_q4_1`)."""
+    return random_q4_1(shape, torch.Generator().manual_seed(seed))
 
 
 def q8_0_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
@@ -193,7 +187,7 @@ def block_llama(vocab: int = 50) -> torch.nn.Module:
     model = tiny_causal_lm(vocab, arch="llama", width=64, dtype=torch.float32, seed=5)
     with torch.no_grad():
         for index, module in enumerate(m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head):
-            module.weight.copy_(q4_1_weight(tuple(module.weight.t().shape), 10 + index)[0].t())
+            module.weight.copy_(q4_1_weight(tuple(module.weight.t().shape), 10 + index).t())
         model.lm_head.weight.copy_(q8_0_weight((64, vocab), 99)[0].t())
         if model.lm_head.weight is not model.model.embed_tokens.weight:
             model.model.embed_tokens.weight.copy_(model.lm_head.weight)

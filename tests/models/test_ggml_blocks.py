@@ -34,7 +34,7 @@ def test_dequantize_is_ggml_formula_and_random_blocks_are_found():
 
 
 def test_q4_1_blocks_are_found_exactly_and_nothing_else_is():
-    weight, q, d, m = q4_1_weight((128, 40), 0)
+    weight = q4_1_weight((128, 40), 0)
     found_q, found_d, found_m = find_q4_1(weight)
     rebuilt = found_q.float() * found_d.float().repeat_interleave(BLOCK, 0) + found_m.float().repeat_interleave(BLOCK, 0)
     assert torch.equal(rebuilt, weight)  # every weight, bit for bit
@@ -64,17 +64,18 @@ def test_weights_that_cannot_be_blocks_are_refused_by_name():
 
 @needs_avx512
 @pytest.mark.parametrize("shape", SHAPES + WIDE)
-@pytest.mark.parametrize("make", [q4_1_weight, q8_0_weight])
-def test_the_block_product_is_bit_identical_to_the_float32_panel_product(shape, make):
-    weight, bias = make(shape, 2)[0], torch.randn(shape[1], generator=torch.Generator().manual_seed(3))
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
+def test_the_block_product_is_bit_identical_to_the_float32_panel_product(shape, fmt):
+    weight = q4_1_weight(shape, 2) if fmt == "Q4_1" else q8_0_weight(shape, 2)[0]
+    bias = torch.randn(shape[1], generator=torch.Generator().manual_seed(3))
     blocks, panels = BlockLinear(weight, bias), PanelLinear(weight, bias, isa="avx512")
-    assert blocks.format == ("Q4_1" if make is q4_1_weight else "Q8_0")
+    assert blocks.format == fmt
     x = torch.randn(49, shape[0], generator=torch.Generator().manual_seed(4))
     counts = [*range(1, 34), 48, 49] if shape in SHAPES else [1, 2, 3, 5, 9, 17, 24, 25]
     for rows in counts:  # every accumulator layout, then several passes of 24 rows
         assert torch.equal(blocks(x[:rows]), panels(x[:rows])), rows
     torch.testing.assert_close(blocks(x), x @ weight + bias, rtol=1e-5, atol=1e-4)
-    ratio = (5 if make is q4_1_weight else 8.5) / 32
+    ratio = (5 if fmt == "Q4_1" else 8.5) / 32
     assert blocks.nbytes <= ratio * panels.nbytes * 1.01 + 64 * shape[1]  # 16-column padding aside
 
 
@@ -82,11 +83,11 @@ def test_the_block_product_is_bit_identical_to_the_float32_panel_product(shape, 
 def test_the_block_product_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="not exactly GGML Q4_1 or Q8_0"):
         BlockLinear(torch.randn(64, 16), None)
-    blocks = BlockLinear(q4_1_weight((64, 16), 0)[0], None)
+    blocks = BlockLinear(q4_1_weight((64, 16), 0), None)
     with pytest.raises(RuntimeError, match="float32"):
         blocks(torch.ones(2, 64, dtype=torch.float64))
     with pytest.raises(ValueError, match="conflicts"):
-        Linear.of(q4_1_weight((64, 16), 0)[0], None, "gguf", "eager")
+        Linear.of(q4_1_weight((64, 16), 0), None, "gguf", "eager")
 
 
 def test_without_avx512_a_gguf_target_runs_its_float32_weights_with_a_warning(monkeypatch):
@@ -97,11 +98,11 @@ def test_without_avx512_a_gguf_target_runs_its_float32_weights_with_a_warning(mo
     gpt2_module._gguf_fallback.cache_clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        product = Linear.of(q4_1_weight((64, 16), 0)[0], None, "gguf")
+        product = Linear.of(q4_1_weight((64, 16), 0), None, "gguf")
     assert not isinstance(product, BlockLinear)
     assert any("needs AVX-512" in str(w.message) for w in caught)
     with pytest.raises(ValueError, match="AVX-512"):
-        Linear.of(q4_1_weight((64, 16), 0)[0], None, "gguf", "panel")
+        Linear.of(q4_1_weight((64, 16), 0), None, "gguf", "panel")
 
 
 @needs_avx512

@@ -30,6 +30,7 @@ import torch
 
 from ..models.base import LanguageModel
 from ..models.feature_draft import FeatureDraft
+from ..models.ggml_blocks import NotBlocks
 from ..models.hf import TransformersModel
 from ..models.panel_mm import kernel
 from ..tables import table_of
@@ -158,7 +159,7 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
     if "avx512" in kernel().isas:
         try:
             variants["panel_avx512_gguf"] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize="gguf"), draft)
-        except ValueError as error:  # weights that are not GGML blocks: a target not converted from a GGUF file
+        except NotBlocks as error:  # a target not converted from a GGUF file of Q4_1 / Q8_0 blocks
             left_out["panel_avx512_gguf"] = str(error)
     else:
         left_out["panel_avx512_gguf"] = "the GGUF block product runs on AVX-512 CPUs only"

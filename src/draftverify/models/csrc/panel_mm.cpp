@@ -144,19 +144,29 @@ template <typename W>
 using RowsBlock = void (*)(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
                            int64_t cols, const float* scale, const float* bias);
 
-// Panels [begin, end) for all rows, in blocks of near-equal size of at most max_rows rows.
+// run(first row, rows) over M rows in blocks of near-equal size of at most max_rows rows. Every product
+// splits its rows here, so a row meets the same block size, hence the same accumulator sets, in the
+// float32 and the block formats (what makes their products bit-identical).
+template <typename Run>
+inline void row_blocks(int64_t M, int64_t max_rows, Run run) {
+  const int64_t blocks = (M + max_rows - 1) / max_rows;
+  for (int64_t i = 0, row = 0; i < blocks; ++i) {
+    const int64_t rows = (M - row) / (blocks - i);
+    run(row, rows);
+    row += rows;
+  }
+}
+
+// Panels [begin, end) for all rows, in the blocks of row_blocks.
 template <typename W>
 void panels(const Product<W>& a, int64_t begin, int64_t end, int64_t max_rows, RowsBlock<W> block) {
-  const int64_t blocks = (a.M + max_rows - 1) / max_rows;
   for (int64_t p = begin; p < end; ++p) {
     const int64_t col = p * kPanel, cols = std::min(kPanel, a.N - col);
     const float* s = a.scales == nullptr ? nullptr : a.scales + col;
     const float* b = a.bias == nullptr ? nullptr : a.bias + col;
-    for (int64_t i = 0, row = 0; i < blocks; ++i) {
-      const int64_t rows = (a.M - row) / (blocks - i);
+    row_blocks(a.M, max_rows, [&](int64_t row, int64_t rows) {
       block(rows, a.x + row * a.K, a.K, a.panels + p * a.K * kPanel, a.K, a.out + row * a.N + col, a.N, cols, s, b);
-      row += rows;
-    }
+    });
   }
 }
 
@@ -299,22 +309,20 @@ constexpr std::array<BlockRows<Bits>, sizeof...(I)> block_table512(std::index_se
 #pragma GCC pop_options
 
 // out [M, N] = x [M, K] @ W (+ bias) for W in a block format, panels shared among threads, rows in
-// blocks of at most 24 split as panels() splits them (so each row meets the same accumulator sets).
+// the blocks of row_blocks (at most 24, as the float32 AVX-512 product).
 template <int Bits>
 void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
   static constexpr auto table = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
-  const int64_t count = (N + kPanel - 1) / kPanel, blocks = (M + kMaxRows512 - 1) / kMaxRows512;
+  const int64_t count = (N + kPanel - 1) / kPanel;
   const int64_t code_bytes = K * kPanel * Bits / 8, scale_count = K / kBlock * kPanel;  // per panel
   at::parallel_for(0, count, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t col = p * kPanel, cols = std::min(kPanel, N - col);
       const BlockPanel<Bits> panel{w.codes + p * code_bytes, w.scales + p * scale_count,
                                    Bits == 4 ? w.offsets + p * scale_count : nullptr};
-      for (int64_t i = 0, row = 0; i < blocks; ++i) {
-        const int64_t rows = (M - row) / (blocks - i);
+      row_blocks(M, kMaxRows512, [&](int64_t row, int64_t rows) {
         table[rows - 1](x + row * K, K, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
-        row += rows;
-      }
+      });
     }
   });
 }
