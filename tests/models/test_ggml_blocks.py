@@ -31,6 +31,8 @@ def test_dequantize_is_ggml_formula_and_random_blocks_are_found():
     assert find_q4_1(weight) is not None and 0.5 < weight.std() * 96 ** 0.5 < 2
     with pytest.raises(ValueError, match="multiple of 32"):
         random_q4_1((40, 8), torch.Generator())
+    with pytest.raises(ValueError, match="scales"):
+        dequantize(q, torch.ones(2, 1).half())
 
 
 def test_q4_1_blocks_are_found_exactly_and_nothing_else_is():

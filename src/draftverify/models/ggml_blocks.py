@@ -41,6 +41,12 @@ def _blocks(weight: torch.Tensor) -> torch.Tensor:
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
     """The float32 weight [K, N] of codes [K, N] (Q4_1: uint8 0..15, Q8_0: int8), scales [K / 32, N]
     and (Q4_1) offsets [K / 32, N] float16: ``d q + m`` in float32, as ggml dequantizes."""
+    blocks = (codes.shape[0] // BLOCK, *codes.shape[1:])
+    if codes.dim() != 2 or codes.shape[0] % BLOCK:
+        raise ValueError(f"codes must be [K, N] with K a multiple of {BLOCK}, got {tuple(codes.shape)}")
+    for name, values in (("scales", scales), ("offsets", offsets)):
+        if values is not None and tuple(values.shape) != blocks:
+            raise ValueError(f"{name} must be [K / {BLOCK}, N] = {blocks} for codes {tuple(codes.shape)}, got {tuple(values.shape)}")
     weight = codes.float() * scales.float().repeat_interleave(BLOCK, 0)
     return weight if offsets is None else weight + offsets.float().repeat_interleave(BLOCK, 0)
 
