@@ -181,14 +181,14 @@ def q8_0_weight(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, ...]:
     return dequantize(q, d), q, d
 
 
-def block_llama(vocab: int = 50) -> torch.nn.Module:
-    """A tiny Llama whose linear layers hold Q4_1 blocks and whose (tied) embedding Q8_0 blocks, as a
-    model converted from SmolLM2's GGUF file does."""
-    model = tiny_causal_lm(vocab, arch="llama", width=64, dtype=torch.float32, seed=5)
+def block_llama(vocab: int = 50, width: int = 64) -> torch.nn.Module:
+    """A tiny Llama (two heads of width / 2) whose linear layers hold Q4_1 blocks and whose (tied)
+    embedding Q8_0 blocks, as a model converted from SmolLM2's GGUF file does."""
+    model = tiny_causal_lm(vocab, arch="llama", width=width, dtype=torch.float32, seed=5)
     with torch.no_grad():
         for index, module in enumerate(m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head):
             module.weight.copy_(q4_1_weight(tuple(module.weight.t().shape), 10 + index).t())
-        model.lm_head.weight.copy_(q8_0_weight((64, vocab), 99)[0].t())
+        model.lm_head.weight.copy_(q8_0_weight((width, vocab), 99)[0].t())
         if model.lm_head.weight is not model.model.embed_tokens.weight:
             model.model.embed_tokens.weight.copy_(model.lm_head.weight)
     return model

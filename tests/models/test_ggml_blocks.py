@@ -1,7 +1,9 @@
 """The GGUF block product: weights found exactly as GGML Q4_1 / Q8_0 blocks (never quantized), and
 the block kernel's products bit-identical to the float32 panel product over the same weights, for
 every row count and every shape the models use; a Llama target run on its blocks decodes exactly
-what it decodes on float32 weights. Weights here are dequantized from random codes as ggml
+what it decodes on float32 weights. The blocks times 8-bit activations (llama.cpp's arithmetic, a
+model of its own): the rounding, its formula against float64, the VNNI kernel against the formula,
+row by row the same bits whatever the other rows. Weights here are dequantized from random codes as ggml
 dequantizes them (``d q + m`` in float32)."""
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import pytest
 import torch
 
 from draftverify.models import gpt2 as gpt2_module
-from draftverify.models.ggml_blocks import BLOCK, BlockLinear, dequantize, find_q4_1, find_q8_0, random_q4_1
+from draftverify.models.ggml_blocks import (BLOCK, BlockLinear, dequantize, find_q4_1, find_q8_0, int8_activation_product,
+                                            int8_activations_compiled, random_q4_1, round_activations)
 from draftverify.models.gpt2 import Linear
 from draftverify.models.hf import TransformersModel
 from draftverify.models.panel_mm import PanelLinear, kernel
@@ -20,6 +23,7 @@ from draftverify.models.toy import tiny_causal_lm
 from tests.factories import block_llama, q4_1_weight, q8_0_weight
 
 needs_avx512 = pytest.mark.skipif("avx512" not in kernel().isas, reason="the block product runs on AVX-512 CPUs only")
+needs_vnni = pytest.mark.skipif(not int8_activations_compiled(), reason="the 8-bit activation product runs on AVX-512 VNNI only")
 SHAPES = [(576, 576), (576, 960), (1536, 576), (64, 5), (32, 17)]  # [in, out]: SmolLM2's products, odd ones
 WIDE = [(576, 3072), (576, 49152)]  # its gate and up, its output layer: fewer row counts (time)
 
@@ -127,3 +131,91 @@ def test_a_target_whose_weights_are_not_blocks_is_refused_at_load():
         pytest.skip("without AVX-512 a gguf target falls back to float32 (previous test)")
     with pytest.raises(ValueError, match="GGML"):
         TransformersModel(tiny_causal_lm(50, arch="llama", width=64, dtype=torch.float32), quantize="gguf")
+
+
+def test_activations_are_rounded_to_8_bits_per_block_of_32():
+    x = torch.zeros(2, 64)
+    x[0, :4] = torch.tensor([63.5, 0.75, 0.25, -1.25])  # max |x| = 63.5: d = 0.5, q = x / 0.5 to nearest even
+    q, d = round_activations(x)
+    assert d.tolist() == [[0.5, 0.0], [0.0, 0.0]]  # a block of zeros: d = 0, q = 0
+    assert q[0, 0, :4].tolist() == [127.0, 2.0, 0.0, -2.0] and q[1].abs().sum() == 0
+    with pytest.raises(ValueError, match="multiple of 32"):
+        round_activations(torch.ones(1, 40))
+
+
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
+def test_the_int8_activation_formula_is_the_blocks_times_the_rounded_activations(fmt):
+    weight = q4_1_weight((96, 40), 1) if fmt == "Q4_1" else q8_0_weight((96, 40), 1)[0]
+    found = find_q4_1(weight) if fmt == "Q4_1" else (*find_q8_0(weight), None)
+    x = torch.randn(5, 96, generator=torch.Generator().manual_seed(2))
+    q, d = round_activations(x)
+    rounded = (q * d[..., None]).view(5, 96).double()  # each activation as d_x q_x
+    expected = rounded @ weight.double()
+    torch.testing.assert_close(int8_activation_product(x, *found).double(), expected, rtol=1e-5, atol=1e-5)
+    assert (rounded - x).abs().max() <= d.max() / 2 + 1e-7  # the rounding moves an activation at most half a step
+
+
+@needs_vnni
+@pytest.mark.parametrize("shape", SHAPES + WIDE)
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
+def test_the_vnni_product_computes_the_formula_and_each_row_alone(shape, fmt):
+    weight = q4_1_weight(shape, 2) if fmt == "Q4_1" else q8_0_weight(shape, 2)[0]
+    bias = torch.randn(shape[1], generator=torch.Generator().manual_seed(3))
+    compiled, eager = BlockLinear(weight, bias, "int8"), BlockLinear(weight, bias, "int8", compiled=False)
+    assert compiled.format == fmt and compiled.compiled and not eager.compiled
+    x = torch.randn(19, shape[0], generator=torch.Generator().manual_seed(4))
+    x[3, : shape[0] // 2] = 0  # blocks of zeros
+    alone = torch.cat([compiled(x[i: i + 1]) for i in range(len(x))])
+    counts = [*range(1, 20)] if shape in SHAPES else [1, 2, 5, 9, 17]
+    for rows in counts:  # every row-block size: a row's bits do not depend on the others
+        assert torch.equal(compiled(x[:rows]), alone[:rows]), rows
+    scale = (x.abs().amax() * weight.abs().amax(0).sum()).item()  # a bound on |out|
+    torch.testing.assert_close(alone, eager(x), rtol=1e-5, atol=2e-7 * scale)  # float32 rounding order only
+    assert compiled.nbytes == BlockLinear(weight, bias).nbytes  # the same bytes streamed as the float32-activation blocks
+
+
+@needs_vnni
+def test_the_vnni_product_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="activations must be"):
+        BlockLinear(q4_1_weight((64, 16), 0), None, "int4")
+    with pytest.raises(ValueError, match="conflicts"):
+        Linear.of(q4_1_weight((64, 16), 0), None, "gguf-q8", "panel-avx2")
+    blocks = BlockLinear(q4_1_weight((64, 16), 0), None, "int8")
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        torch.ops.draftverify.block_q8_mm(torch.ones(1, 48), blocks.codes, blocks.scales, blocks.offsets, None, 16)
+    with pytest.raises(RuntimeError, match="codes must be"):  # the float32-activation layout is not this one
+        torch.ops.draftverify.block_q8_mm(torch.ones(1, 64), blocks.codes[:, :16], blocks.scales, blocks.offsets, None, 16)
+
+
+def test_without_vnni_the_int8_activation_product_runs_eagerly_with_a_warning(monkeypatch):
+    from draftverify.models import ggml_blocks
+
+    monkeypatch.setattr(ggml_blocks, "int8_activations_compiled", lambda: False)
+    ggml_blocks._eager_int8_warning.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        product = Linear.of(q4_1_weight((64, 16), 0), None, "gguf-q8")
+    assert isinstance(product, BlockLinear) and not product.compiled
+    assert any("runs eagerly" in str(w.message) for w in caught)
+    with pytest.raises(ValueError, match="VNNI"):
+        Linear.of(q4_1_weight((64, 16), 0), None, "gguf-q8", "panel")
+
+
+def test_a_llama_target_on_blocks_times_8_bit_activations_decodes_as_its_eager_twin():
+    from draftverify.engine import generate
+
+    model = block_llama()
+    eager = TransformersModel(model, quantize="gguf-q8", kernel="eager")
+    float32 = TransformersModel(model, kernel="eager")
+    tokens = torch.randint(0, 50, (3, 11), generator=torch.Generator().manual_seed(0))
+    logits = {name: target.forward(target.new_cache(3), tokens, num_logits=11) for name, target in
+              (("eager", eager), ("float32", float32))}
+    assert 0 < (logits["eager"] - logits["float32"]).abs().max() < 0.05  # a model of its own, near the float32 one
+    assert eager.weight_format == "gguf-q8"
+    if not int8_activations_compiled():
+        return
+    compiled = TransformersModel(model, quantize="gguf-q8")
+    torch.testing.assert_close(compiled.forward(compiled.new_cache(3), tokens, num_logits=11), logits["eager"], rtol=1e-4, atol=1e-4)
+    draft = TransformersModel(tiny_causal_lm(50, width=32, dtype=torch.float32, seed=1))
+    runs = [generate(target, draft, [1, 2, 3], "bv", max_new_tokens=24, draft_length=3, seed=7) for target in (compiled, eager)]
+    assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 24  # logits a rounding apart: the same tokens here

@@ -30,7 +30,7 @@ import torch
 
 from ..models.base import LanguageModel
 from ..models.feature_draft import FeatureDraft
-from ..models.ggml_blocks import NotBlocks
+from ..models.ggml_blocks import NotBlocks, int8_activations_compiled
 from ..models.hf import TransformersModel
 from ..models.panel_mm import kernel
 from ..tables import table_of
@@ -148,7 +148,8 @@ def ratios(costs: dict[str, float]) -> dict[str, float]:
 def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
               kv_cache: str) -> tuple[dict[str, tuple[TransformersModel, LanguageModel | None]], dict[str, str]]:
     """The target model under each matrix kernel (the panel kernel, float32 and int8, where it runs;
-    its GGUF block product where the weights are GGML blocks: :mod:`~draftverify.models.ggml_blocks`),
+    its GGUF block product where the weights are GGML blocks, and those blocks times 8-bit activations
+    where the CPU has AVX-512 VNNI: :mod:`~draftverify.models.ggml_blocks`),
     and the variants left out with the reason."""
     kinds = {"eager": dict(kernel="eager")}
     for isa in kernel().isas:  # each instruction set the CPU runs
@@ -159,8 +160,12 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
     if "avx512" in kernel().isas:
         try:
             variants["panel_avx512_gguf"] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize="gguf"), draft)
+            if int8_activations_compiled():
+                variants["panel_avx512_gguf_q8"] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize="gguf-q8"), draft)
+            else:
+                left_out["panel_avx512_gguf_q8"] = "the 8-bit activation block product runs on AVX-512 VNNI CPUs only"
         except NotBlocks as error:  # a target not converted from a GGUF file of Q4_1 / Q8_0 blocks
-            left_out["panel_avx512_gguf"] = str(error)
+            left_out["panel_avx512_gguf"] = left_out["panel_avx512_gguf_q8"] = str(error)
     else:
         left_out["panel_avx512_gguf"] = "the GGUF block product runs on AVX-512 CPUs only"
     if isinstance(draft, FeatureDraft):  # every target variant keeps the hidden states the draft reads

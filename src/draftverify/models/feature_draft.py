@@ -145,7 +145,7 @@ class FeatureDraft(LanguageModel):
             self.output = Linear.of(head.head.weight.t().contiguous(), None, quantize, kernel)  # [E, N]
         layers = (layer_weights(head.layer, quantize, kernel),)
         self.layer = _Layer(layers, head.rotary, config.num_attention_heads, config.num_key_value_heads,
-                            config.head_dim, compiled_layers(layers))
+                            config.head_dim, compiled_layers(layers, config.head_dim))
         self.vocab = head.vocab
 
     @classmethod

@@ -38,8 +38,9 @@ from .panel_mm import kernel as panel_kernel
 __all__ = ["QUANTIZE", "GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
            "output_logits"]
 
-# the target's weight formats: float32 (also None), weight-only int8 (a new model), its GGUF blocks (the same model)
-QUANTIZE = ("float32", "int8", "gguf")
+# the target's weight formats: float32 (also None), weight-only int8 (a new model), its GGUF blocks (the same
+# model), its GGUF blocks times activations rounded to 8 bits as llama.cpp does (a new model)
+QUANTIZE = ("float32", "int8", "gguf", "gguf-q8")
 
 # store a layer's new keys and values [B, H, S, D]; return the layer's keys and values so far [B, H, T, D]
 KVWrite = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -99,13 +100,20 @@ class Linear:
         oneDNN-packed when it can, ``addmm`` otherwise (``quantize`` None or "float32"). ``quantize="int8"``: the weight-only int8
         product (eager: over the dequantized weights). ``quantize="gguf"``: the same weights as the
         GGML blocks they were dequantized from (:class:`.ggml_blocks.BlockLinear`, AVX-512; bit-identical
-        to the float32 panel product); on a CPU without AVX-512, the float32 product with a warning."""
+        to the float32 panel product); on a CPU without AVX-512, the float32 product with a warning.
+        ``quantize="gguf-q8"``: those blocks times the activations rounded to 8 bits per block of 32, as
+        llama.cpp multiplies them (a new model; AVX-512 VNNI, where the CPU lacks it or ``kernel="eager"``
+        the same arithmetic in torch)."""
         if quantize not in (None, *QUANTIZE):
             raise ValueError(f"quantize must be None or one of {QUANTIZE}, got {quantize!r}")
         quantize = None if quantize == "float32" else quantize
         panels = ("panel", *(f"panel-{isa}" for isa in ISAS))
         if kernel not in (None, "eager", *panels):
             raise ValueError(f"kernel must be None, 'eager' or one of {panels}, got {kernel!r}")
+        if quantize == "gguf-q8":
+            if kernel == "panel-avx2":
+                raise ValueError("quantize='gguf-q8' runs on AVX-512 VNNI (or eagerly); kernel='panel-avx2' conflicts")
+            return BlockLinear(weight, bias, "int8", None if kernel is None else kernel != "eager")
         if quantize == "gguf":
             if kernel in ("eager", "panel-avx2"):
                 raise ValueError(f"quantize='gguf' runs the panel kernel's AVX-512 block product; kernel={kernel!r} conflicts")

@@ -75,8 +75,9 @@ class TransformersModel(LanguageModel):
     int8 linear and output layers, quantized once from the model's weights; the model's law is then
     the int8 model's. ``quantize="gguf"``: a model converted from a GGUF file streams its weights
     as the GGML blocks they came from (:mod:`.ggml_blocks`): the same model, 5 bits a weight (float32
-    where the CPU has no AVX-512, with a warning). ``weight_format``: "float32", "int8" or "gguf", what
-    the products stream."""
+    where the CPU has no AVX-512, with a warning); ``quantize="gguf-q8"``: those blocks times the
+    activations rounded to 8 bits as llama.cpp does (a new model; AVX-512 VNNI, else eager).
+    ``weight_format``: "float32", "int8", "gguf" or "gguf-q8", what the products stream."""
 
     def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,
                  static_length: int | None = None, quantize: str | None = None, kernel: str | None = None):
@@ -96,7 +97,8 @@ class TransformersModel(LanguageModel):
         if lean is None and (quantize not in (None, "float32") or kernel is not None):
             raise ValueError(f"{type(model).__name__}: quantize and kernel apply to the lean GPT-2 and Llama forwards only")
         self._lean = None if lean is None else lean.of(model, quantize, kernel)
-        self.weight_format = ("gguf" if isinstance(getattr(self._lean, "head", None), BlockLinear)
+        head = getattr(self._lean, "head", None)
+        self.weight_format = (("gguf" if head.activations == "float32" else "gguf-q8") if isinstance(head, BlockLinear)
                               else "int8" if quantize == "int8" else "float32")  # what the products stream
         self.kv_cache = kv_cache or ("static" if self._lean is not None else "dynamic")
         if self.kv_cache not in ("static", "dynamic"):

@@ -62,7 +62,7 @@ class LlamaWeights:
             head = Linear.of(model.lm_head.weight.t().contiguous(), model.lm_head.bias, quantize, kernel)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return cls(body.embed_tokens.weight, layers, body.norm, body.rotary_emb, config.num_attention_heads,
-                   config.num_key_value_heads, head_dim, head, model.lm_head, compiled_layers(layers))
+                   config.num_key_value_heads, head_dim, head, model.lm_head, compiled_layers(layers, head_dim))
 
     @property
     def kv_shape(self) -> tuple[int, int, int]:
@@ -96,18 +96,23 @@ def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = 
                 linear(mlp.down_proj))
 
 
-def compiled_layers(layers: tuple[tuple[Any, ...], ...]) -> tuple[list[Any], ...] | None:
+def compiled_layers(layers: tuple[tuple[Any, ...], ...], head_dim: int) -> tuple[list[Any], ...] | None:
     """The layers (tuples of :func:`layer_weights`) as ``csrc/llama_layers.cpp`` takes them: norm
     weights and epsilons, then per product its kind (0 / 1: the panel kernel in AVX2 / AVX-512, 2:
-    GGUF blocks), weights, scales, offsets, bias and output size; None if a product runs torch's
-    kernels (no compiled kernel here), so the loop stays in Python."""
+    GGUF blocks, 3: GGUF blocks times 8-bit activations), weights, scales, offsets, bias and output size; None if a product runs torch's
+    kernels (no compiled kernel here) or the head size is not a multiple of 8 (the compiled
+    attention's vectors), so the loop stays in Python."""
+    if head_dim % 8:
+        return None
     norms, eps, kind, weights, scales, offsets, biases, outputs = ([] for _ in range(8))
     for norm1, qkv, o_proj, norm2, gate_up, down in layers:
         norms += [norm1.weight, norm2.weight]
         eps += [norm1.variance_epsilon, norm2.variance_epsilon]
         for product in (qkv, o_proj, gate_up, down):
+            if isinstance(product, BlockLinear) and not product.compiled:
+                return None
             if isinstance(product, BlockLinear):
-                kind.append(2)
+                kind.append(2 if product.activations == "float32" else 3)
                 weights.append(product.codes)
                 offsets.append(product.offsets)
             elif isinstance(product, PanelLinear):
@@ -149,8 +154,9 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     Fewer operations a layer than the model's modules, the same arithmetic: the RMS norms as one
     fused operation each (``F.rms_norm``, the modules' formula), queries and keys rotated together.
     Where ``write`` is a :class:`.static_cache.StaticKV` and ``weights.compiled`` is set, the loop
-    runs in C++ (``csrc/llama_layers.cpp``): the same operations in the same order, the same bits,
-    without the interpreter between them."""
+    runs in C++ (``csrc/llama_layers.cpp``): the same arithmetic in plain loops (norms, angles,
+    attention, gate) around the compiled products, summed in another order (the same results to
+    float32 rounding), without the interpreter or ATen's per-operation dispatch between them."""
     rows, size, width = x.shape
     cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]

@@ -1,18 +1,23 @@
-// The decoder layers of draftverify.models.llama.llama_layers in one call: the same ATen operations
-// in the same order (so the same bits), without the Python interpreter between them. A one-token
-// call of SmolLM2-135M runs some 25 small operations a layer, 750 a call; from Python each costs a few
-// microseconds of dispatch, about as much as all the call's matrix products once these stream GGUF
-// blocks. The products are the panel kernel's (panel_mm.cpp); the keys and values go straight into
-// the static cache's buffers (draftverify.models.static_cache.StaticKV).
+// The decoder layers of draftverify.models.llama.llama_layers in one call, everything but the matrix
+// products in plain loops over the float32 states: RMS norm, rotary angles, the cache write, attention
+// (softmax over the keys the mask lets each query see, grouped heads), SiLU gate, residual adds. The
+// same arithmetic as the Python loop's ATen operations, summed in another order (float32 rounding:
+// tests/models/test_llama_layers.py). A one-token call of SmolLM2-135M runs some 30 ATen operations a
+// layer, each a few microseconds of dispatch and allocation, together as much as the call's matrix
+// products once these stream GGUF blocks; here a layer's work outside its four products is a few
+// microseconds. The products are the panel kernel's (panel_mm.cpp); the keys and values go straight
+// into the static cache's buffers (draftverify.models.static_cache.StaticKV).
 
-#include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/cat.h>
-#include <ATen/ops/rms_norm.h>
-#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/_softmax.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/silu.h>
 #include <torch/library.h>
+#include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -20,7 +25,7 @@
 
 namespace {
 
-enum Kind : int64_t { kPanelAvx2 = 0, kPanelAvx512 = 1, kBlocks = 2 };
+enum Kind : int64_t { kPanelAvx2 = 0, kPanelAvx512 = 1, kBlocks = 2, kBlocksQ8 = 3 };
 
 // Product i of the flat lists (four a layer: qkv, o, gate_up, down), as its Python object runs it.
 struct Products {
@@ -34,14 +39,135 @@ struct Products {
   at::Tensor operator()(int64_t i, const at::Tensor& x) const {
     const std::optional<at::Tensor> scale = scales.get(i), bias = biases.get(i);
     if (kind[i] == kBlocks) return draftverify::block_mm(x, weights[i], *scale, offsets.get(i), bias, outputs[i]);
+    if (kind[i] == kBlocksQ8) return draftverify::block_q8_mm(x, weights[i], *scale, offsets.get(i), bias, outputs[i]);
     return draftverify::panel_mm(x, weights[i], scale, bias, outputs[i], kind[i] == kPanelAvx512 ? "avx512" : "avx2");
   }
 };
 
-// x [B, H, S, D] turned by the rotary angles: x cos + (-x_2, x_1) sin, as llama._rotate.
-at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  return x * cos + at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1) * sin;
+// Rows [n, width] of x normalised by their root mean square, times the norm's weight (llama's RMSNorm,
+// x / sqrt(mean(x^2) + eps) * w, as F.rms_norm computes it in float32; sums in 16 lanes).
+void rms_norm(const float* x, int64_t n, int64_t width, const float* weight, double eps, float* out) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = x + r * width;
+    float lanes[16] = {};
+    int64_t j = 0;
+    for (; j + 16 <= width; j += 16)
+      for (int l = 0; l < 16; ++l) lanes[l] += row[j + l] * row[j + l];
+    float sum = 0.0f;
+    for (; j < width; ++j) sum += row[j] * row[j];
+    for (int l = 0; l < 16; ++l) sum += lanes[l];
+    const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(width) + static_cast<float>(eps));
+    for (j = 0; j < width; ++j) out[r * width + j] = row[j] * inverse * weight[j];
+  }
+}
+
+// head [D] turned by the rotary angles into out: x cos + (-x_2, x_1) sin (llama's rotate_half).
+inline void rotate(const float* head, const float* cos, const float* sin, int64_t D, float* out) {
+  const int64_t half = D / 2;
+  for (int64_t d = 0; d < half; ++d) out[d] = head[d] * cos[d] - head[d + half] * sin[d];
+  for (int64_t d = half; d < D; ++d) out[d] = head[d] * cos[d] + head[d - half] * sin[d];
+}
+
+// Which keys a query may see: mask None (all), [S, T] or [B, 1, S, T] boolean, any strides.
+struct Mask {
+  const bool* data = nullptr;
+  int64_t row = 0, query = 0, key = 0;  // strides
+
+  explicit Mask(const std::optional<at::Tensor>& mask) {
+    if (!mask.has_value()) return;
+    TORCH_CHECK(mask->scalar_type() == at::kBool && (mask->dim() == 2 || mask->dim() == 4),
+                "mask must be boolean [S, T] or [B, 1, S, T]");
+    data = mask->data_ptr<bool>();
+    const int64_t d = mask->dim();
+    row = d == 4 ? mask->stride(0) : 0;
+    query = mask->stride(d - 2);
+    key = mask->stride(d - 1);
+  }
+  bool sees(int64_t b, int64_t s, int64_t t) const { return data == nullptr || data[b * row + s * query + t * key]; }
+};
+
+// Scores q k_t / sqrt(D) of one query [D] against keys t in [0, T) (row stride kt), eight keys at a
+// time: eight accumulators over the head's 8-float chunks, then one 8 x 8 transposing sum.
+void scores(const float* query, const float* key, int64_t kt, int64_t T, int64_t D, float scale, float* out) {
+  int64_t t = 0;
+  for (; t + 8 <= T; t += 8) {
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 8) {
+      const __m256 q = _mm256_loadu_ps(query + d);
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(q, _mm256_loadu_ps(key + (t + j) * kt + d), acc[j]);
+    }
+    // lane j of the result: the sum of acc[j]'s eight lanes
+    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+    const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    _mm256_storeu_ps(out + t, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
+  }
+  for (; t < T; ++t) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(query + d), _mm256_loadu_ps(key + t * kt + d), acc);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    out[t] = (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))) * scale;
+  }
+}
+
+// out [D] = sum_t probs[t] value_t over t in [0, T) (row stride vt): 64 floats of the head at a time
+// in eight accumulators (one broadcast of probs[t] for all of them), a remainder of 8-float chunks
+// with four accumulators over t.
+void weighted_sum(const float* probs, const float* value, int64_t vt, int64_t T, int64_t D, float* out) {
+  int64_t d = 0;
+  for (; d + 64 <= D; d += 64) {
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < T; ++t) {
+      const __m256 p = _mm256_set1_ps(probs[t]);
+      const float* row = value + t * vt + d;
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(row + 8 * j), acc[j]);
+    }
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + d + 8 * j, acc[j]);
+  }
+  for (; d < D; d += 8) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4)
+      for (int j = 0; j < 4; ++j)
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(probs[t + j]), _mm256_loadu_ps(value + (t + j) * vt + d), acc[j]);
+    for (; t < T; ++t) acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(probs[t]), _mm256_loadu_ps(value + t * vt + d), acc[0]);
+    _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  }
+}
+
+// One layer's attention for queries q [B, S, H, D] over the cache's keys and values [B, H_kv, T, D]
+// (strided), T = start + S: softmax(q k / sqrt(D)) v over the keys the mask lets each query see,
+// query head h reading key head h / (H / H_kv); the softmax one ATen call (its vectorised exp).
+// out [B, S, H, D].
+void attend(const float* q, const at::Tensor& keys, const at::Tensor& values, int64_t B, int64_t S, int64_t H,
+            int64_t H_kv, int64_t D, int64_t T, const Mask& mask, float* out) {
+  const float* k = keys.data_ptr<float>();
+  const float* v = values.data_ptr<float>();
+  const int64_t kb = keys.stride(0), kh = keys.stride(1), kt = keys.stride(2);
+  const int64_t vb = values.stride(0), vh = values.stride(1), vt = values.stride(2);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  at::Tensor logits = at::empty({B * S * H, T}, keys.options());
+  float* w = logits.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        float* row = w + ((b * S + s) * H + h) * T;
+        scores(q + ((b * S + s) * H + h) * D, k + b * kb + h / (H / H_kv) * kh, kt, T, D, scale, row);
+        if (mask.data != nullptr)
+          for (int64_t t = 0; t < T; ++t)
+            if (!mask.sees(b, s, t)) row[t] = -std::numeric_limits<float>::infinity();
+      }
+  const at::Tensor probs = at::_softmax(logits, -1, false);
+  const float* p = probs.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t row = (b * S + s) * H + h;
+        weighted_sum(p + row * T, v + b * vb + h / (H / H_kv) * vh, vt, T, D, out + row * D);
+      }
 }
 
 at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask,
@@ -56,22 +182,51 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
                   weights.size() == 4 * keys.size() && kind.size() == weights.size() && scales.size() == weights.size() &&
                   offsets.size() == weights.size() && biases.size() == weights.size() && outputs.size() == weights.size(),
               "llama_layers: per layer one key and one value buffer, two norms and four products");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && keys[0].scalar_type() == at::kFloat, "llama_layers runs float32 states and caches");
   const Products product{kind, weights, scales, offsets, biases, outputs};
-  const bool grouped = kv_heads != heads;
+  const int64_t n = rows * size, D = head_dim, H = heads, H_kv = kv_heads, T = start + size;
+  // [B, S, D] angles per (row, position), whatever the caller's broadcasting
+  const at::Tensor c = cos.expand({rows, 1, size, D}).contiguous(), sn = sin.expand({rows, 1, size, D}).contiguous();
+  TORCH_CHECK(head_dim % 8 == 0, "llama_layers: the head size must be a multiple of 8, got ", head_dim);
+  const Mask seen(mask);
+  x = x.contiguous().clone();  // the residual stream, updated in place
+  float* stream = x.data_ptr<float>();
+  at::Tensor h = at::empty({n, width}, x.options()), q = at::empty({n, H * D}, x.options());
+  at::Tensor attended = at::empty({n, H * D}, x.options());
+  const auto add = [&](const at::Tensor& update) {
+    const float* u = update.data_ptr<float>();
+    for (int64_t j = 0; j < n * width; ++j) stream[j] += u[j];
+  };
   for (int64_t i = 0; i < layers; ++i) {
-    at::Tensor h = at::rms_norm(x, {width}, norms[2 * i], eps[2 * i]).view({-1, width});
-    const std::vector<at::Tensor> qkv = product(4 * i, h).split_with_sizes({(heads + kv_heads) * head_dim, kv_heads * head_dim}, -1);
-    const at::Tensor qk = rotate(qkv[0].view({rows, size, heads + kv_heads, head_dim}).transpose(1, 2), cos, sin);
-    const at::Tensor v = qkv[1].view({rows, size, kv_heads, head_dim}).transpose(1, 2);
-    keys[i].slice(2, start, start + size).copy_(qk.slice(1, heads));
-    values[i].slice(2, start, start + size).copy_(v);
-    const at::Tensor attended = at::scaled_dot_product_attention(
-        qk.slice(1, 0, heads), keys[i].slice(2, 0, start + size), values[i].slice(2, 0, start + size), mask, 0.0, false,
-        std::nullopt, grouped);
-    x = x + product(4 * i + 1, attended.transpose(1, 2).reshape({rows * size, -1})).view({rows, size, width});
-    h = at::rms_norm(x, {width}, norms[2 * i + 1], eps[2 * i + 1]).view({-1, width});
-    const std::vector<at::Tensor> gate_up = product(4 * i + 2, h).chunk(2, -1);
-    x = x + product(4 * i + 3, at::silu(gate_up[0]) * gate_up[1]).view({rows, size, width});
+    rms_norm(stream, n, width, norms[2 * i].data_ptr<float>(), eps[2 * i], h.data_ptr<float>());
+    const at::Tensor qkv = product(4 * i, h);  // [n, (H + 2 H_kv) D]
+    const float* all = qkv.data_ptr<float>();
+    float* k = keys[i].data_ptr<float>();
+    float* v = values[i].data_ptr<float>();
+    const int64_t kb = keys[i].stride(0), kh = keys[i].stride(1), kt = keys[i].stride(2);
+    const int64_t vb = values[i].stride(0), vh = values[i].stride(1), vt = values[i].stride(2);
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t s = 0; s < size; ++s) {
+        const float* token = all + (b * size + s) * (H + 2 * H_kv) * D;
+        const float* angle_cos = c.data_ptr<float>() + (b * size + s) * D;
+        const float* angle_sin = sn.data_ptr<float>() + (b * size + s) * D;
+        for (int64_t j = 0; j < H; ++j) rotate(token + j * D, angle_cos, angle_sin, D, q.data_ptr<float>() + ((b * size + s) * H + j) * D);
+        for (int64_t j = 0; j < H_kv; ++j) {
+          rotate(token + (H + j) * D, angle_cos, angle_sin, D, k + b * kb + j * kh + (start + s) * kt);
+          std::copy_n(token + (H + H_kv + j) * D, D, v + b * vb + j * vh + (start + s) * vt);
+        }
+      }
+    attend(q.data_ptr<float>(), keys[i], values[i], rows, size, H, H_kv, D, T, seen, attended.data_ptr<float>());
+    add(product(4 * i + 1, attended));
+    rms_norm(stream, n, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
+    const at::Tensor gate_up = product(4 * i + 2, h);  // [n, 2 I]
+    const int64_t I = gate_up.size(1) / 2;
+    at::Tensor act = at::silu(gate_up.narrow(1, 0, I));  // [n, I], contiguous (ATen's vectorised exp)
+    const float* up = gate_up.data_ptr<float>() + I;
+    float* a = act.data_ptr<float>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < I; ++j) a[r * I + j] *= up[r * 2 * I + j];  // silu(gate) up
+    add(product(4 * i + 3, act));
   }
   return x;
 }

@@ -15,4 +15,8 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
 at::Tensor block_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
                     const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N);
 
+// The same blocks (codes in block_q8_mm's layout, panel_mm.cpp) times x rounded to 8 bits per block of 32 (AVX-512 VNNI).
+at::Tensor block_q8_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
+                       const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N);
+
 }  // namespace draftverify

@@ -1,5 +1,6 @@
-"""Held-out loss of a target in float32 and in weight-only int8 (draftverify.models.panel_mm), on the
-same tokens: teacher-forced mean negative log-likelihood in nats per token.
+"""Held-out loss of a target in float32 and in other weight formats (``--formats``: weight-only int8,
+draftverify.models.panel_mm; gguf-q8, GGUF blocks times 8-bit activations, draftverify.models.ggml_blocks),
+on the same tokens: teacher-forced mean negative log-likelihood in nats per token.
 
 Two sources of text:
 - ``--shards`` (SmolLM2, the default target): the answer tokens of train-draft's held-out shards
@@ -8,7 +9,7 @@ Two sources of text:
 - otherwise (``--target tiny``): the first ``--tokens`` tokens of the embedded pair's held-out stream
   (stdlib files held out by train-pair's hash split, joined by <|endoftext|>) in windows of 256.
 
-Run: PYTHONPATH=src python docs/results/int8_heldout_loss.py [--target T] [--shards 'DIR/shard-*.npz'] [--rows N]
+Run: PYTHONPATH=src python docs/results/heldout_loss.py [--target T] [--formats int8,gguf-q8] [--shards 'DIR/shard-*.npz'] [--rows N]
 """
 
 import argparse
@@ -63,19 +64,20 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=None, help="rows per shard (default all)")
     parser.add_argument("--tokens", type=int, default=8192, help="tokens of the stream (--target tiny)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--formats", default="int8,gguf-q8", help="weight formats compared with float32 (comma-separated)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_pair(args.target).target
     sequences = (stream_windows(target.tokenizer, args.tokens) if args.target == "tiny"
                  else answer_rows(args.shards, args.rows))
     report = {}
-    for name, quantize in (("float32", None), ("int8", "int8")):
-        model = type(target)(target.model, target.tokenizer, quantize=quantize)
+    for name in ("float32", *args.formats.split(",")):
+        model = type(target)(target.model, target.tokenizer, quantize=name)
         report[name], count = loss(model, sequences)
-    float32, int8 = report["float32"] / count, report["int8"] / count
-    print(f"{len(sequences)} sequences, {count} scored tokens; held-out loss (nats/token): float32 {float32:.4f}, "
-          f"int8 {int8:.4f} ({int8 - float32:+.4f}, perplexity x{math.exp(int8 - float32):.4f})")
-
+    base = report["float32"] / count
+    print(f"{len(sequences)} sequences, {count} scored tokens; held-out loss (nats/token): float32 {base:.4f}" + "".join(
+        f", {name} {report[name] / count:.4f} ({report[name] / count - base:+.4f}, perplexity "
+        f"x{math.exp(report[name] / count - base):.4f})" for name in report if name != "float32"))
 
 if __name__ == "__main__":
     main()
