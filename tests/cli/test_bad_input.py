@@ -62,6 +62,7 @@ CODE_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|array\(")  # num_tokens, target_prob
         (["tune", "--quantize", "int4"], "tune", ["--quantize", "int4"]),
         pytest.param(["generate", "x", "--target", "tiny", "--quantize", "gguf"], "generate", ["GGML", "gguf"],
                      marks=pytest.mark.skipif("avx512" not in kernel().isas, reason="without AVX-512 gguf runs float32")),
+        (["generate", "x", "--target", "tiny", "--quantize", "gguf-q8"], "generate", ["GGML", "gguf-q8"]),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag_and_exit_code_2(capsys, tmp_path, argv, command, flags):

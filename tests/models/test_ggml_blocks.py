@@ -133,6 +133,11 @@ def test_a_target_whose_weights_are_not_blocks_is_refused_at_load():
         TransformersModel(tiny_causal_lm(50, arch="llama", width=64, dtype=torch.float32), quantize="gguf")
 
 
+def test_a_target_whose_weights_are_not_blocks_is_refused_for_8_bit_activations_on_any_cpu():
+    with pytest.raises(ValueError, match="GGML"):  # the eager path checks the weights as the kernel's does
+        TransformersModel(tiny_causal_lm(50, arch="llama", width=64, dtype=torch.float32), quantize="gguf-q8", kernel="eager")
+
+
 def test_activations_are_rounded_to_8_bits_per_block_of_32():
     x = torch.zeros(2, 64)
     x[0, :4] = torch.tensor([63.5, 0.75, 0.25, -1.25])  # max |x| = 63.5: d = 0.5, q = x / 0.5 to nearest even

@@ -213,7 +213,7 @@ class BlockLinear:
                 found = find_q8_0(weight)
                 if found is None:
                     raise NotBlocks(f"weight {tuple(weight.shape)} is not exactly GGML Q4_1 or Q8_0 blocks "
-                                     "(quantize='gguf' takes a model converted from a GGUF file)")
+                                     "(quantize='gguf' and 'gguf-q8' take a model converted from a GGUF file)")
                 (q, d), m = found, None
                 self.format = "Q8_0"
             if not self.compiled:  # eager: the blocks as they are
