@@ -14,7 +14,7 @@ PROMPT = 'def add(a, b):\n    """Return the sum of a and b."""\n    return a + b
 def test_teacher_forced_rows_of_the_embedded_target_pass_the_float64_checks():
     pair = load_pair("tiny")
     tokens = pair.tokenizer.encode(PROMPT)
-    probs, _ = teacher_forced(pair.target, tokens, len(tokens) - 1, None,
+    probs, _, _ = teacher_forced(pair.target, tokens, len(tokens) - 1, None,
                                dict(temperature=1.0, top_k=None, top_p=None))
     assert probs.dtype.is_floating_point and probs.dtype.itemsize == 8
     check_distributions(probs, "target_probs")

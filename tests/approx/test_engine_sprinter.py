@@ -124,3 +124,51 @@ def test_hidden_state_classifier_needs_a_transformers_draft(pair):
     classifier = LinearClassifier(np.zeros(4), 0.0, np.zeros(4), np.ones(4), FeatureSpec(log_draft_prob=False), 1.0, 3)
     with pytest.raises(ValueError, match="output layer"):
         generate_batch(*toy_models(pair), [[1]], Sprinter(classifier=classifier), max_new_tokens=2)
+
+
+def test_a_feature_draft_runs_sprinter_and_gives_training_data(tmp_path):
+    from draftverify.approx.data import collect
+    from draftverify.models.hidden import HiddenStateTap
+    from tests.factories import tiny_feature_pair
+
+    target, draft = tiny_feature_pair(60, torch.arange(0, 60, 2))
+    hidden_size = HiddenStateTap(draft).hidden_size
+    assert hidden_size == target.config.hidden_size  # the tap reads the draft's last hidden state
+    documents = [list(range(i, i + 30)) for i in range(0, 30, 3)]
+    data = collect(target, draft, documents, sequences_per_kind=2, prefix_length=6, positions=4, batch_size=2, seed=1)
+    assert len(data) == 4 * 2 * 4 and data.hidden.shape == (32, hidden_size)
+    assert np.isfinite(data.log_draft_prob).all() and (data.ratio > 0).all()  # drawn from the draft: D(x) > 0
+    classifier = LinearClassifier(np.r_[np.zeros(hidden_size), 1.0, 0.0], 2.0, np.zeros(hidden_size + 2),
+                                  np.ones(hidden_size + 2), FeatureSpec(), 1.2, hidden_size,
+                                  info={"draft_fingerprint": draft_fingerprint(draft)})
+    from draftverify.approx.audit import audit_positions
+
+    prompts = [[3, 4, 5], [7]]
+    decoder = Decoder(target, draft, prompts, DecodeConfig(Sprinter(classifier=classifier), max_new_tokens=12,
+                                                          draft_length=4, seed=3))
+    while not decoder.done:
+        decoder.step()
+    for index, prompt in enumerate(prompts):
+        log, generated = decoder.states[index], decoder.generated(index)
+        assert len(generated) == 12 and len(log.depths) == len(log.positions) and max(log.depths) > 1
+        audit = audit_positions(target, draft, decoder.verifier, prompt, generated, log)
+        first = [p for p, d in zip(log.positions, log.depths) if d == 1 and p < 12]
+        assert len(audit.yes) == len(first) > 0  # a feature draft is audited where one pass gives its law
+
+
+def test_the_shipped_classifiers_answer_for_the_draft_that_decodes(tmp_path):
+    from draftverify.approx.load import DEFAULT_CLASSIFIER, ShippedClassifiers
+
+    target, draft = tiny_pair(40, seeds=(1, 2), dtype=torch.float32)
+    tiny = LinearClassifier.load(DEFAULT_CLASSIFIER)
+    size = 16  # tiny_pair's hidden size
+    mine = LinearClassifier(np.zeros(size + 2), 0.0, np.zeros(size + 2), np.ones(size + 2), FeatureSpec(), 1.2, size,
+                            info={"draft_fingerprint": draft_fingerprint(draft)})
+    shipped = ShippedClassifiers((DEFAULT_CLASSIFIER, mine.save(tmp_path / "classifier.json"), tmp_path / "missing.json"))
+    assert shipped.path_for(draft) == tmp_path / "classifier.json" and shipped.for_draft(draft).info == mine.info
+    assert shipped.path_for(target) == DEFAULT_CLASSIFIER  # no classifier for it: the tiny pair's, refused below
+    assert shipped.spec == tiny.spec and callable(shipped.yes_probability)  # the tiny pair's answers otherwise
+    prompts = [[3, 4, 5]]
+    Decoder(target, draft, prompts, DecodeConfig(Sprinter(classifier=shipped), max_new_tokens=2)).step()
+    with pytest.raises(ValueError, match="another draft"):
+        Decoder(target, target, prompts, DecodeConfig(Sprinter(classifier=shipped), max_new_tokens=2)).step()

@@ -2,7 +2,7 @@
 
 - :mod:`.features`: what the classifier sees (the draft's last hidden state, log D(x), entropy);
 - :mod:`.classifier`: the linear classifier, its training and ROC;
-- :mod:`.load`: the classifier shipped with the embedded pair, and loading saved ones (the
+- :mod:`.load`: the classifiers shipped with the pairs (one per draft), and loading saved ones (the
   ``sprinter`` verifier itself, pure math, is :mod:`draftverify.verify.sprinter`);
 - :mod:`.data`: training data from the four prefix kinds of seed 003, section 3.2;
 - :mod:`.audit`: false/true-positive rates and deviation measured on decoded text;

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .. import theory
-from ..models.base import LanguageModel
+from ..models.base import Cache, LanguageModel
 from ..models.hidden import HiddenStateTap
 from ..probs import warp
 
@@ -61,33 +61,41 @@ class Audit:
     acceptance_theory: float
 
 
-def teacher_forced(model: LanguageModel, tokens: list[int], count: int, tap: HiddenStateTap | None, warping: dict):
+def teacher_forced(model: LanguageModel, tokens: list[int], count: int, tap: HiddenStateTap | None, warping: dict,
+                   target_cache: Cache | None = None):
     """Warped distributions ``[count, V]`` (float64) predicting the last ``count`` tokens of
     ``tokens``. The logits are warped in float64, so each row sums to one to float64 precision
     (float32 rows upcast afterwards are off by up to 1e-5, beyond the float64 tolerance of the
     theory functions they are passed to). ``warping``: :func:`draftverify.probs.warp`'s keywords;
-    with a ``tap``, also the draft's hidden states ``[count, H]`` there (else None)."""
+    with a ``tap``, also the draft's hidden states ``[count, H]`` there (else None); a draft reads
+    ``target_cache``, the target's cache after the same tokens (a feature draft's input). Returns
+    the cache too."""
     inputs = torch.tensor([tokens[:-1]], dtype=torch.int64)
+    cache = model.new_cache(1, target_cache)
     if tap is None:
-        return warp(model.forward(model.new_cache(1), inputs, None, count)[0].double(), **warping), None
+        return warp(model.forward(cache, inputs, None, count)[0].double(), **warping), None, cache
     with tap:
-        probs = warp(model.forward(model.new_cache(1), inputs, None, count)[0].double(), **warping)
-    return probs, tap.last[0, -count:]
+        probs = warp(model.forward(cache, inputs, None, count)[0].double(), **warping)
+    return probs, tap.last[0, -count:], cache
 
 
 def audit_positions(target: LanguageModel, draft: LanguageModel, verifier, prompt_ids: list[int],
                     generated: list[int], log, *, temperature: float = 1.0, top_k=None, top_p=None) -> PositionAudit:
-    """Audit one completion decoded by the engine's ``sprinter`` method (``log``: its SprinterLog)."""
+    """Audit one completion decoded by the engine's ``sprinter`` method (``log``: its SprinterLog).
+    A draft whose law depends on its depth in a step (a feature draft, ``depth_dependent``) is
+    audited on the decisions at depth 1 only, where one teacher-forced pass gives the law its token
+    was drawn from; deeper decisions drew from laws of the draft's own features."""
     warping = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    keep = [i for i, pos in enumerate(log.positions) if pos < len(generated)]
+    first_only = getattr(draft, "depth_dependent", False)
+    keep = [i for i, pos in enumerate(log.positions) if pos < len(generated) and (not first_only or log.depths[i] == 1)]
     positions = np.array([log.positions[i] for i in keep], dtype=np.int64)
     drafted = torch.tensor([log.tokens[i] for i in keep], dtype=torch.int64)
     yes = np.array([log.yes[i] for i in keep], dtype=bool)
     sequence = list(prompt_ids) + list(generated)
     spec = getattr(verifier.classifier, "spec", None)
     tap = HiddenStateTap(draft) if spec is not None and spec.hidden else None
-    draft_all, hidden_all = teacher_forced(draft, sequence, len(generated), tap, warping)
-    target_all, _ = teacher_forced(target, sequence, len(generated), None, warping)
+    target_all, _, target_cache = teacher_forced(target, sequence, len(generated), None, warping)
+    draft_all, hidden_all, _ = teacher_forced(draft, sequence, len(generated), tap, warping, target_cache)
     index = torch.from_numpy(positions)
     draft_probs, target_probs = draft_all[index], target_all[index]  # [n, V]
     hidden = None if hidden_all is None else hidden_all[index]

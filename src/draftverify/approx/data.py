@@ -77,12 +77,17 @@ def _windows(documents: list[list[int]], count: int, length: int, rng: np.random
 
 def _continue(draft: LanguageModel, target: LanguageModel, prefix: torch.Tensor, count: int, target_share: float,
               generator: torch.Generator, temperature: float) -> torch.Tensor:
-    """Append ``count`` sampled tokens; each from the target with probability ``target_share``."""
+    """Append ``count`` sampled tokens; each from the target with probability ``target_share``. The
+    target reads every token first, as in decoding: a draft that drafts from the target's hidden
+    states (a feature draft) reads them from its cache."""
+    target_cache = target.new_cache(prefix.shape[0])
+    caches = {draft: draft.new_cache(prefix.shape[0], target_cache)} if target_share < 1 else {}
+    caches[target] = target_cache
     models = [m for m, share in ((draft, 1 - target_share), (target, target_share)) if share > 0]
-    caches = [m.new_cache(prefix.shape[0]) for m in models]
     sequence, chunk = prefix, prefix
     for _ in range(count):
-        probs = [warp(m.forward(c, chunk, None, 1)[:, 0], temperature) for m, c in zip(models, caches)]  # [B, V] each
+        logits = {m: m.forward(caches[m], chunk, None, 1)[:, 0] for m in (target, draft) if m in caches}  # [B, V] each
+        probs = [warp(logits[m], temperature) for m in models]
         if len(probs) == 2:
             from_target = torch.rand(prefix.shape[0], 1, generator=generator, dtype=torch.float64) < target_share
             probs = [torch.where(from_target, probs[1].double(), probs[0].double())]
@@ -95,11 +100,12 @@ def _score(draft: LanguageModel, target: LanguageModel, sequences: torch.Tensor,
            generator: torch.Generator, temperature: float) -> dict[str, np.ndarray]:
     """Features and ratios at the last ``positions`` prefixes of each sequence ``[B, S]``."""
     inputs = sequences[:, :-1]
+    target_cache = target.new_cache(inputs.shape[0])
+    target_probs = warp(target.forward(target_cache, inputs, None, positions), temperature)
     tap = HiddenStateTap(draft)
-    with tap:
-        draft_probs = warp(draft.forward(draft.new_cache(inputs.shape[0]), inputs, None, positions), temperature)
+    with tap:  # a feature draft reads the target's hidden states of the same tokens (its first-position law)
+        draft_probs = warp(draft.forward(draft.new_cache(inputs.shape[0], target_cache), inputs, None, positions), temperature)
     hidden = tap.last[:, -positions:]  # [B, P, H]
-    target_probs = warp(target.forward(target.new_cache(inputs.shape[0]), inputs, None, positions), temperature)
     flat_draft = draft_probs.reshape(-1, draft_probs.shape[-1]).double()  # [B P, V]
     drawn = sample(flat_draft, generator)[:, None]  # [B P, 1]
     draft_at = flat_draft.gather(1, drawn)[:, 0]

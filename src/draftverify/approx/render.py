@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,7 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
     plot_theory(result, img_dir / "sprinter_theory.png")
     (results_dir / "sprinter.json").write_text(json.dumps(dict(result, roc=roc), indent=1) + "\n")
     s = result["settings"]
+    img = Path(os.path.relpath(img_dir, results_dir)).as_posix()  # the figures, as the Markdown links them
     speed = table_of(result["rows"], [
         ("method", "method", "s"), ("draft_length", "L", "d"), ("tokens_per_second", "tokens/s", ".1f"),
         ("speedup_vs_sd", "vs sd", ".2f"), ("speedup_vs_ar", "vs ar", ".2f"),
@@ -124,12 +126,12 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
                                           ("false_positive_rate_at_half", "FP at threshold 0.5", ".3f"),
                                           ("true_positive_rate_at_half", "TP at threshold 0.5", ".3f"),
                                           ("parameters", "parameters", "d")]),
-                  "", "![ROC](../img/sprinter_roc.png)", ""]
+                  "", f"![ROC]({img}/sprinter_roc.png)", ""]
     parts += [
         "## Speed and quality", "", speed, "",
         "ROUGE-L vs sd compares each completion with sd's completion of the same prompt and seed; the row "
         "`sd (seed + 1)` is the exact method against itself with another seed, the floor of this metric's noise.", "",
-        "![speed against deviation](../img/sprinter_speed_deviation.png)", "",
+        f"![speed against deviation]({img}/sprinter_speed_deviation.png)", "",
         "## The classifier online (rates against the true ratio, from the target's scores afterwards)", "", audit, "",
         "## Theory against measurement", "",
         "Per decided position, the TV between SPRINTER's output law and the target's is sum_x eta(x) (D - T)_+(x) "
@@ -137,8 +139,9 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
         "classifier eta(x) is its decision on token x at that prefix, computed exactly. *TV measured* averages "
         "yes * (1 - T(x)/D(x))_+ over the tokens actually drafted, an unbiased estimate of the same quantity from "
         "the decoding's own draws (the target's scores come from one teacher-forced pass afterwards). The seed's "
-        "uniform formula eta_FP TV(T, D) assumes one false-positive rate for every token and prefix.", "",
-        theory, "", "![theory against measurement](../img/sprinter_theory.png)", "",
+        "uniform formula eta_FP TV(T, D) assumes one false-positive rate for every token and prefix."
+        + (" " + result["audit_note"] if result.get("audit_note") else ""), "",
+        theory, "", f"![theory against measurement]({img}/sprinter_theory.png)", "",
         "## Example (first prompt)", "",
     ]
     for name, text in result["examples"].items():

@@ -90,6 +90,8 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
     methods: list[tuple[str, Any, int | None, int]] = [(AR, AR, None, settings.seed), ("sd", "sd", settings.draft_length, settings.seed),
                                                        ("sd (seed + 1)", "sd", settings.draft_length, settings.seed + 1)]
     classifier = load_classifier(classifier)
+    if hasattr(classifier, "for_draft"):  # the shipped ones: this pair's draft's
+        classifier = classifier.for_draft(pair.draft)
     thresholds = settings.thresholds or default_thresholds(classifier)
     verifiers = {t: Sprinter(threshold=t, classifier=classifier) for t in thresholds}
     methods += [(f"sprinter tau={t:g}", verifiers[t], settings.sprinter_cap, settings.seed) for t in thresholds]
@@ -130,4 +132,7 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
             row.update({f"audit_{k}": v for k, v in asdict(summarise(record["audits"], ratio_threshold)).items()})
         rows.append(row)
     examples = {name: records[name]["texts"][0] for name in ("sd", f"sprinter tau={thresholds[len(thresholds) // 2]:g}")}
-    return dict(settings=dict(asdict(settings), thresholds=list(thresholds)), ratio_threshold=ratio_threshold, rows=rows, prompt_example=prompts[0], examples=examples)
+    note = ("The draft's law depends on its depth in a step (a feature draft): the online rates above and this section "
+            "cover the decisions at depth 1, whose law one teacher-forced pass gives." if getattr(pair.draft, "depth_dependent", False) else "")
+    return dict(settings=dict(asdict(settings), thresholds=list(thresholds)), ratio_threshold=ratio_threshold, rows=rows,
+                prompt_example=prompts[0], examples=examples, audit_note=note)

@@ -48,7 +48,7 @@ def _options(name: str) -> str:
 
 
 def _default(field: dataclasses.Field) -> str:
-    if field.name == "classifier":  # get_verifier loads the embedded pair's (Sprinter.loaders)
+    if field.name == "classifier":  # get_verifier loads the pairs' (Sprinter.loaders), one per draft
         return "shipped"
     if field.default is not dataclasses.MISSING:
         return _written(field.default)

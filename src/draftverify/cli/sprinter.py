@@ -19,8 +19,9 @@ _DOCS = Path("docs")
 
 app = typer.Typer(help="SPRINTER (approximate, seed 003): train its classifier, report its cost.")
 
-Target = Annotated[str | None, typer.Option(help="Target model folder, or 'tiny'.", show_default="tiny (the shipped classifier's pair)")]
-Draft = Annotated[str | None, typer.Option(help="Draft model folder (a transformers model).",
+Target = Annotated[str | None, typer.Option(help="Target: 'tiny', 'smollm2' (the default pair, its feature draft), a .gguf file or a model folder.",
+                                             show_default="tiny")]
+Draft = Annotated[str | None, typer.Option(help="Draft model folder (a transformers model or a feature draft).",
                                            show_default="the tiny pair's draft")]
 MaxNewTokens = Annotated[int, typer.Option(min=1, help="Tokens generated per prompt.")]
 
@@ -95,6 +96,7 @@ def report(
     seed: Seed = 0,
 ) -> int:
     """Speed, deviation and quality of sprinter against sd and ar (docs/results/sprinter.md)."""
+    from ..approx.load import load_classifier
     from ..approx.render import write_report
     from ..approx.report import ReportSettings, run_report
 
@@ -113,8 +115,8 @@ def report(
         result = run_report(pair, settings, classifier=classifier, log=prompt_done)
     embedded = target is None and draft is None
     result["pair"] = "the tiny pair" if embedded else f"target {target or 'tiny'}, draft {draft or 'its own'}"
-    result["classifier"] = classifier or "the one shipped with the embedded pair"
-    roc_path = (Path(classifier).parent if classifier else DEFAULT_CLASSIFIER.parent) / "roc.json"
+    result["classifier"] = classifier or "the one shipped for this pair's draft"
+    roc_path = (Path(classifier) if classifier else load_classifier().path_for(pair.draft)).parent / "roc.json"
     roc = json.loads(roc_path.read_text()) if roc_path.exists() else None
     path = write_report(result, roc, _command(ctx), Path(results_dir), Path(img_dir))
     columns = ("method", "tokens_per_second", "speedup_vs_sd", "target_calls_per_token", "rouge_l_vs_sd", "audit_tv_draws")
@@ -129,7 +131,7 @@ def _load(target: str | None, draft: str | None):
 
     pair = load_pair(target or "tiny", draft)  # the shipped classifier reads the tiny pair's draft
     if pair.draft_name == "ngram":
-        raise ValueError("SPRINTER's classifier reads the draft's hidden state: use a transformers draft")
+        raise ValueError("SPRINTER's classifier reads the draft's hidden state: use a transformers or feature draft")
     return pair
 
 

@@ -22,7 +22,7 @@ afterwards against the true ratio (:func:`draftverify.approx.audit.audit_positio
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,16 +44,20 @@ __all__ = ["SprinterLog", "gated_step"]
 class SprinterLog:
     """Every drafted token the classifier decided on, for one prompt: ``positions[i]`` is its index
     among the generated tokens (the prefix it was drafted after is the prompt plus the generated
-    tokens before it), ``tokens[i]`` the drafted token, ``yes[i]`` the decision."""
+    tokens before it), ``tokens[i]`` the drafted token, ``yes[i]`` the decision, ``depths[i]`` its
+    place in its step's run (1: the step's first drafted token)."""
 
     positions: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     yes: list[bool] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
 
 
 def gated_step(dec: Decoder, cap: int) -> list[RowStep]:
     """One gated step for every active prompt (see the module doc): runs of at most ``cap`` = L
     drafted tokens while the classifier says "yes", one target call, then the commit."""
+    if any(dec.states[p] is None for p in dec.active) and hasattr(dec.verifier.classifier, "for_draft"):
+        dec.verifier = replace(dec.verifier, classifier=dec.verifier.classifier.for_draft(dec.draft))  # shipped: this draft's
     verifier: Sprinter = dec.verifier
     rows = len(dec.active)
     spec = getattr(verifier.classifier, "spec", None)
@@ -77,6 +81,7 @@ def gated_step(dec: Decoder, cap: int) -> list[RowStep]:
             logs[r].positions.append(len(dec.generated(dec.active[r])) + len(runs[r]))
             logs[r].tokens.append(int(x[r]))
             logs[r].yes.append(bool(yes[r]))
+            logs[r].depths.append(len(runs[r]) + 1)
             if yes[r]:
                 runs[r].append(int(x[r]))
             else:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from .base import Cache, LanguageModel
-from .gpt2 import Linear
+from .gpt2 import Linear, output_logits
 from .hf import TransformersModel
 from .llama import compiled_layers, layer_weights, llama_layers
 from .masks import causal_mask, slot_mask
@@ -200,7 +200,7 @@ class FeatureDraft(LanguageModel):
             hidden = self.head_module.norm(llama_layers(self.layer, kv, x, positions, mask))  # [B, S, E]
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
-            subset = self.output(hidden[:, -num_logits:].reshape(rows * num_logits, -1))  # [B n, N]
+            subset = output_logits(self.output, self.head_module.head, hidden[:, -num_logits:]).view(rows * num_logits, -1)  # [B n, N]
         valid = cache.valid[:, -size:]
         fresh = (valid & exact).sum(1).tolist()  # leading new slots computed from the target's features
         for b in range(rows):
@@ -211,6 +211,11 @@ class FeatureDraft(LanguageModel):
         logits = torch.full((rows * num_logits, self.vocab_size), float("-inf"))
         logits[:, self.vocab] = subset  # zero draft probability outside the subset
         return logits.view(rows, num_logits, -1)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        """The output layer over the subset (what :class:`~.hidden.HiddenStateTap` hooks: with a hook on
+        it, a forward runs it as a module, float32, and the hook sees the draft's last hidden state)."""
+        return self.head_module.head
 
     def crop(self, cache: Cache, lengths: torch.Tensor | list[int]) -> None:
         """As :meth:`LanguageModel.crop`, and further to the slots computed from the target's features."""

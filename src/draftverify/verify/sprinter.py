@@ -45,7 +45,7 @@ class Sprinter(Verifier):
 
     Options: ``classifier`` (an object with ``yes_probability``, e.g. the trained one of
     :func:`draftverify.approx.load_classifier`; through :func:`draftverify.get_verifier` also a
-    saved classifier's file or folder, and by default the one shipped with the tiny pair),
+    saved classifier's file or folder, and by default the ones shipped with the pairs, each for its draft),
     ``threshold`` tau in
     [0, 1] (the classifier says "yes" when its score >= tau; the seed uses 0.5). NOT exact: the
     output law deviates from the target's by sum_x eta(x) (D - T)_+(x) in TV per token.
