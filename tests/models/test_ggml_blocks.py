@@ -28,6 +28,12 @@ SHAPES = [(576, 576), (576, 960), (1536, 576), (64, 5), (32, 17)]  # [in, out]: 
 WIDE = [(576, 3072), (576, 49152)]  # its gate and up, its output layer: fewer row counts (time)
 
 
+def weight_and_bias(shape: tuple[int, int], fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A [K, N] weight of random blocks in ``fmt`` and a bias [N]."""
+    weight = q4_1_weight(shape, 2) if fmt == "Q4_1" else q8_0_weight(shape, 2)[0]
+    return weight, torch.randn(shape[1], generator=torch.Generator().manual_seed(3))
+
+
 def test_dequantize_is_ggml_formula_and_random_blocks_are_found():
     q, d, m = torch.tensor([[0], [15]] * 16, dtype=torch.uint8), torch.tensor([[0.5]]).half(), torch.tensor([[-1.0]]).half()
     assert dequantize(q, d, m)[:2, 0].tolist() == [-1.0, 6.5] and dequantize(q, d)[:2, 0].tolist() == [0.0, 7.5]
@@ -72,8 +78,7 @@ def test_weights_that_cannot_be_blocks_are_refused_by_name():
 @pytest.mark.parametrize("shape", SHAPES + WIDE)
 @pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
 def test_the_block_product_is_bit_identical_to_the_float32_panel_product(shape, fmt):
-    weight = q4_1_weight(shape, 2) if fmt == "Q4_1" else q8_0_weight(shape, 2)[0]
-    bias = torch.randn(shape[1], generator=torch.Generator().manual_seed(3))
+    weight, bias = weight_and_bias(shape, fmt)
     blocks, panels = BlockLinear(weight, bias), PanelLinear(weight, bias, isa="avx512")
     assert blocks.format == fmt
     x = torch.randn(49, shape[0], generator=torch.Generator().manual_seed(4))
@@ -164,8 +169,7 @@ def test_the_int8_activation_formula_is_the_blocks_times_the_rounded_activations
 @pytest.mark.parametrize("shape", SHAPES + WIDE)
 @pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
 def test_the_vnni_product_computes_the_formula_and_each_row_alone(shape, fmt):
-    weight = q4_1_weight(shape, 2) if fmt == "Q4_1" else q8_0_weight(shape, 2)[0]
-    bias = torch.randn(shape[1], generator=torch.Generator().manual_seed(3))
+    weight, bias = weight_and_bias(shape, fmt)
     compiled, eager = BlockLinear(weight, bias, "int8"), BlockLinear(weight, bias, "int8", compiled=False)
     assert compiled.format == fmt and compiled.compiled and not eager.compiled
     x = torch.randn(19, shape[0], generator=torch.Generator().manual_seed(4))

@@ -417,23 +417,28 @@ struct Q8Activations {
   }
 };
 
+// run(panel, first column, columns) for each 16-column panel of a block-format W, panels shared among threads.
+template <int Bits, typename Run>
+void each_block_panel(BlockPanel<Bits> w, int64_t K, int64_t N, Run run) {
+  const int64_t count = (N + kPanel - 1) / kPanel;
+  const int64_t code_bytes = K * kPanel * Bits / 8, scale_count = K / kBlock * kPanel;  // per panel
+  at::parallel_for(0, count, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p)
+      run(BlockPanel<Bits>{w.codes + p * code_bytes, w.scales + p * scale_count, Bits == 4 ? w.offsets + p * scale_count : nullptr},
+          p * kPanel, std::min(kPanel, N - p * kPanel));
+  });
+}
+
 template <int Bits>
 void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
   static constexpr auto table = q8_table512<Bits>(std::make_index_sequence<kMaxRowsQ8>());
   const Q8Activations a(x, M, K);
   std::vector<Q8Row> rows(M);
   for (int64_t m = 0; m < M; ++m) rows[m] = a.row(m, K);
-  const int64_t count = (N + kPanel - 1) / kPanel;
-  const int64_t code_bytes = K * kPanel * Bits / 8, scale_count = K / kBlock * kPanel;  // per panel
-  at::parallel_for(0, count, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = p * kPanel, cols = std::min(kPanel, N - col);
-      const BlockPanel<Bits> panel{w.codes + p * code_bytes, w.scales + p * scale_count,
-                                   Bits == 4 ? w.offsets + p * scale_count : nullptr};
-      row_blocks(M, kMaxRowsQ8, [&](int64_t row, int64_t n) {
-        table[n - 1](rows.data() + row, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
-      });
-    }
+  each_block_panel(w, K, N, [&](BlockPanel<Bits> panel, int64_t col, int64_t cols) {
+    row_blocks(M, kMaxRowsQ8, [&](int64_t row, int64_t n) {
+      table[n - 1](rows.data() + row, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
+    });
   });
 }
 
@@ -442,17 +447,10 @@ void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_
 template <int Bits>
 void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
   static constexpr auto table = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
-  const int64_t count = (N + kPanel - 1) / kPanel;
-  const int64_t code_bytes = K * kPanel * Bits / 8, scale_count = K / kBlock * kPanel;  // per panel
-  at::parallel_for(0, count, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = p * kPanel, cols = std::min(kPanel, N - col);
-      const BlockPanel<Bits> panel{w.codes + p * code_bytes, w.scales + p * scale_count,
-                                   Bits == 4 ? w.offsets + p * scale_count : nullptr};
-      row_blocks(M, kMaxRows512, [&](int64_t row, int64_t rows) {
-        table[rows - 1](x + row * K, K, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
-      });
-    }
+  each_block_panel(w, K, N, [&](BlockPanel<Bits> panel, int64_t col, int64_t cols) {
+    row_blocks(M, kMaxRows512, [&](int64_t row, int64_t rows) {
+      table[rows - 1](x + row * K, K, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
+    });
   });
 }
 
