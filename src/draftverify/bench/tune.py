@@ -273,18 +273,21 @@ class Costs:
 
 def _time_verifier(method: str, k: int, length: int, target_rows: torch.Tensor, draft_rows: torch.Tensor,
                    settings: TuneSettings, generator: torch.Generator) -> float:
-    """Median seconds of ``method``'s verifier on K drafts of L sampled from ``draft_rows``."""
+    """Mean seconds of ``method``'s verifier on K drafts of L sampled from ``draft_rows``, fresh drafts
+    for each of ``max(5, repeats // 2)`` calls: a verifier's time can depend on its drafts (how far
+    they are accepted, which branch of its algorithm runs), and a step's expected cost is the mean
+    over them (one draft timed three times had priced multidraft-bv at L = 6 and 7 twice L = 5's)."""
     spec = parse_method(method)
     verifier = get_verifier(spec.name, **{"validate": False, **spec.options})
-    rows = draft_rows[:length].expand(k, length, -1)
-    tokens = torch.stack([torch.multinomial(rows[j], 1, generator=generator)[:, 0] for j in range(k)])
-    arrays = (tokens, rows.contiguous(), target_rows[: length + 1].expand(k, length + 1, -1).contiguous())
+    rows = draft_rows[:length].expand(k, length, -1).contiguous()
+    targets = target_rows[: length + 1].expand(k, length + 1, -1).contiguous()
     times = []
-    for _ in range(max(3, settings.repeats // 10)):
+    for _ in range(max(5, settings.repeats // 2)):
+        tokens = torch.stack([torch.multinomial(rows[j], 1, generator=generator)[:, 0] for j in range(k)])
         start = time.perf_counter()
-        verifier.verify_trusted(*arrays, generator)
+        verifier.verify_trusted(tokens, rows, targets, generator)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.fmean(times)
 
 
 def _calibrate(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], spec: str, k: int,
