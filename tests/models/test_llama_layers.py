@@ -56,6 +56,12 @@ def test_the_compiled_loop_computes_what_the_python_loop_computes(quantize, widt
         close(kv[0].values[layer][:, :, :24], kv[1].values[layer][:, :, :24])
 
 
+def test_a_long_prompt_attends_in_chunks_as_the_python_loop_does():
+    compiled, python = twins("float32")
+    tokens = torch.randint(0, 50, (4, 500), generator=torch.Generator().manual_seed(2))  # 4 x 500 queries x 2 heads x 500 keys: 2M scores, two chunks
+    close(*[model.forward(model.new_cache(4), tokens, num_logits=500) for model in (compiled, python)])
+
+
 @pytest.mark.parametrize("quantize", FORMATS)
 def test_batches_with_holes_and_draft_trees_decode_alike(quantize):
     compiled, python = twins(quantize)

@@ -140,8 +140,10 @@ void weighted_sum(const float* probs, const float* value, int64_t vt, int64_t T,
 
 // One layer's attention for queries q [B, S, H, D] over the cache's keys and values [B, H_kv, T, D]
 // (strided), T = start + S: softmax(q k / sqrt(D)) v over the keys the mask lets each query see,
-// query head h reading key head h / (H / H_kv); the softmax one ATen call (its vectorised exp).
-// out [B, S, H, D].
+// query head h reading key head h / (H / H_kv); per chunk of queries the softmax is one ATen call
+// (its vectorised exp). out [B, S, H, D].
+constexpr int64_t kScoreFloats = int64_t{1} << 20;
+
 void attend(const float* q, const at::Tensor& keys, const at::Tensor& values, int64_t B, int64_t S, int64_t H,
             int64_t H_kv, int64_t D, int64_t T, const Mask& mask, float* out) {
   const float* k = keys.data_ptr<float>();
@@ -149,25 +151,29 @@ void attend(const float* q, const at::Tensor& keys, const at::Tensor& values, in
   const int64_t kb = keys.stride(0), kh = keys.stride(1), kt = keys.stride(2);
   const int64_t vb = values.stride(0), vh = values.stride(1), vt = values.stride(2);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  at::Tensor logits = at::empty({B * S * H, T}, keys.options());
-  float* w = logits.data_ptr<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
+  // queries (b, s) in chunks whose scores take at most kScoreFloats (a long prompt's S x T stays bounded)
+  const int64_t chunk = std::max<int64_t>(1, std::min(B * S, kScoreFloats / (H * T)));
+  at::Tensor buffer = at::empty({chunk * H, T}, keys.options());
+  for (int64_t first = 0; first < B * S; first += chunk) {
+    const int64_t count = std::min(chunk, B * S - first);
+    at::Tensor logits = buffer.narrow(0, 0, count * H);
+    float* w = logits.data_ptr<float>();
+    for (int64_t i = first; i < first + count; ++i) {  // query i: row b = i / S, position s = i % S
+      const int64_t b = i / S, s = i % S;
       for (int64_t h = 0; h < H; ++h) {
-        float* row = w + ((b * S + s) * H + h) * T;
-        scores(q + ((b * S + s) * H + h) * D, k + b * kb + h / (H / H_kv) * kh, kt, T, D, scale, row);
+        float* row = w + ((i - first) * H + h) * T;
+        scores(q + (i * H + h) * D, k + b * kb + h / (H / H_kv) * kh, kt, T, D, scale, row);
         if (mask.data != nullptr)
           for (int64_t t = 0; t < T; ++t)
             if (!mask.sees(b, s, t)) row[t] = -std::numeric_limits<float>::infinity();
       }
-  const at::Tensor probs = at::_softmax(logits, -1, false);
-  const float* p = probs.data_ptr<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t row = (b * S + s) * H + h;
-        weighted_sum(p + row * T, v + b * vb + h / (H / H_kv) * vh, vt, T, D, out + row * D);
-      }
+    }
+    const at::Tensor probs = at::_softmax(logits, -1, false);
+    const float* p = probs.data_ptr<float>();
+    for (int64_t i = first; i < first + count; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        weighted_sum(p + ((i - first) * H + h) * T, v + i / S * vb + h / (H / H_kv) * vh, vt, T, D, out + (i * H + h) * D);
+  }
 }
 
 at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask,
