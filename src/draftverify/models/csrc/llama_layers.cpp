@@ -227,7 +227,7 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
     rms_norm(stream, n, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
     const at::Tensor gate_up = product(4 * i + 2, h);  // [n, 2 I]
     const int64_t I = gate_up.size(1) / 2;
-    at::Tensor act = at::silu(gate_up.narrow(1, 0, I));  // [n, I], contiguous (ATen's vectorised exp)
+    at::Tensor act = at::silu(gate_up.narrow(1, 0, I)).contiguous();  // [n, I] (ATen's vectorised exp)
     const float* up = gate_up.data_ptr<float>() + I;
     float* a = act.data_ptr<float>();
     for (int64_t r = 0; r < n; ++r)
