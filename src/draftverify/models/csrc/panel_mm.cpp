@@ -387,24 +387,34 @@ constexpr std::array<Q8Rows<Bits>, sizeof...(I)> q8_table512(std::index_sequence
 #pragma GCC pop_options
 
 // The activations of x [M, K] rounded per block of 32 (see above): codes [M, K], d_x [M, K / 32],
-// s_x [M, K / 32] and -128 sum(q_x) [M, K / 32]. Scalar: M K is small beside the weights.
+// s_x [M, K / 32] and -128 sum(q_x) [M, K / 32], a block in four AVX2 vectors.
 struct Q8Activations {
   std::vector<int8_t> q;
   std::vector<float> d, s;
   std::vector<int32_t> minus;
 
   Q8Activations(const float* x, int64_t M, int64_t K) : q(M * K), d(M * K / kBlock), s(M * K / kBlock), minus(M * K / kBlock) {
-    for (int64_t i = 0; i < M * K / kBlock; ++i) {
-      const float* xb = x + i * kBlock;
-      float amax = 0.0f;
-      for (int64_t t = 0; t < kBlock; ++t) amax = std::max(amax, std::fabs(xb[t]));
-      const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int32_t sum = 0;
-      for (int64_t t = 0; t < kBlock; ++t) {
-        const auto v = static_cast<int32_t>(std::nearbyint(xb[t] * inverse));
-        q[i * kBlock + t] = static_cast<int8_t>(v);
-        sum += v;
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleaving
+    for (int64_t i = 0; i < M * K / kBlock; ++i) {  // a block of 32: four AVX2 vectors
+      __m256 v[4];
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(x + i * kBlock + 8 * j);
+      const __m256 top = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], magnitude), _mm256_and_ps(v[1], magnitude)),
+                                       _mm256_max_ps(_mm256_and_ps(v[2], magnitude), _mm256_and_ps(v[3], magnitude)));
+      __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+      half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+      const float amax = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
+      const __m256 inverse = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      __m256i codes[4], total = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {  // x 127 / amax rounded to nearest even (the default rounding mode)
+        codes[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inverse));
+        total = _mm256_add_epi32(total, codes[j]);
       }
+      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + i * kBlock), _mm256_permutevar8x32_epi32(bytes, order));
+      alignas(32) int32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+      const int32_t sum = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
       d[i] = amax / 127.0f;
       s[i] = d[i] * static_cast<float>(sum);
       minus[i] = -128 * sum;
