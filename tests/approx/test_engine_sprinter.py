@@ -172,3 +172,16 @@ def test_the_shipped_classifiers_answer_for_the_draft_that_decodes(tmp_path):
     Decoder(target, draft, prompts, DecodeConfig(Sprinter(classifier=shipped), max_new_tokens=2)).step()
     with pytest.raises(ValueError, match="another draft"):
         Decoder(target, target, prompts, DecodeConfig(Sprinter(classifier=shipped), max_new_tokens=2)).step()
+
+
+@pytest.mark.slow
+def test_the_default_pair_runs_sprinter_with_its_own_classifier():
+    import draftverify
+    from draftverify.approx.load import SMOLLM2_CLASSIFIER
+    from draftverify.models.chat import encode_prompt
+
+    pair = draftverify.load_pair()
+    assert load_classifier().path_for(pair.draft) == SMOLLM2_CLASSIFIER  # not the tiny pair's, which it would refuse
+    prompt = encode_prompt(pair.tokenizer, "Say hello.")
+    run = draftverify.generate(pair.target, pair.draft, prompt, "sprinter(threshold=0.45)", max_new_tokens=8, seed=3)
+    assert len(run.tokens) == 8

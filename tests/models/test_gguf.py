@@ -126,3 +126,18 @@ def test_the_default_pair_has_its_own_ngram_draft():
     prompt = encode_prompt(pair.tokenizer, "Write a Python function that adds two numbers.")
     result = draftverify.generate(pair.target, pair.draft, prompt, "sd", max_new_tokens=8, seed=3, tokenizer=pair.tokenizer)
     assert len(result.tokens) == 8
+
+
+@pytest.mark.slow
+def test_the_default_target_on_blocks_times_8_bit_activations_decodes_repeatably():
+    import draftverify
+    from draftverify.models.chat import encode_prompt
+    from draftverify.models.ggml_blocks import int8_activations_compiled
+
+    if not int8_activations_compiled():
+        pytest.skip("gguf-q8 runs eagerly without AVX-512 VNNI: too slow for a real-model test")
+    pair = draftverify.load_pair(quantize="gguf-q8")
+    assert pair.target.weight_format == "gguf-q8"
+    prompt = encode_prompt(pair.tokenizer, "Write a function that reverses a string.")
+    runs = [draftverify.generate(pair.target, pair.draft, prompt, "bv", max_new_tokens=8, seed=5) for _ in range(2)]
+    assert len(runs[0].tokens) == 8 and runs[0].tokens == runs[1].tokens  # a law of its own, repeatable
