@@ -27,11 +27,12 @@
 #include "panel_mm.h"
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -538,25 +539,33 @@ void check_blocks(const at::Tensor& x, const at::Tensor& codes, const at::Tensor
     TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == N, "bias must be float32 [N]");
 }
 
+// The output [M, N] of a block op whose arguments check_blocks passed: impl(bits, x, M, K, panels, N,
+// bias, out) with bits a std::integral_constant, 4 for Q4_1 (offsets given), else 8 for Q8_0.
+template <typename Impl>
+at::Tensor block_product(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
+                         const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N,
+                         Impl impl) {
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty({x.size(0), N}, x.options());
+  const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  const auto* c = static_cast<const uint8_t*>(codes.data_ptr());
+  const auto* s = static_cast<const uint16_t*>(scales.data_ptr());
+  if (offsets.has_value())
+    impl(std::integral_constant<int, 4>{}, xc.data_ptr<float>(), x.size(0), x.size(1),
+         BlockPanel<4>{c, s, static_cast<const uint16_t*>(offsets->data_ptr())}, N, b, out.data_ptr<float>());
+  else
+    impl(std::integral_constant<int, 8>{}, xc.data_ptr<float>(), x.size(0), x.size(1), BlockPanel<8>{c, s, nullptr}, N, b,
+         out.data_ptr<float>());
+  return out;
+}
+
 at::Tensor block_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
                     const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N) {
   TORCH_CHECK(has_avx512(), "the block formats need a CPU with AVX-512F");
   check_blocks(x, codes, scales, offsets, bias, N, at::kChar,
                "[ceil(N / 16), K / 2, 16] uint8 (Q4_1) or [ceil(N / 16), K, 16] int8 (Q8_0)");
-  const int64_t K = x.size(1);
-  const bool q4 = offsets.has_value();
-  const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-  const at::Tensor xc = x.contiguous();
-  at::Tensor out = at::empty({x.size(0), N}, x.options());
-  const auto* s = reinterpret_cast<const uint16_t*>(scales.data_ptr());
-  if (q4)
-    block_mm_impl<4>(xc.data_ptr<float>(), x.size(0), K,
-                     {codes.data_ptr<uint8_t>(), s, reinterpret_cast<const uint16_t*>(offsets->data_ptr())}, N, b,
-                     out.data_ptr<float>());
-  else
-    block_mm_impl<8>(xc.data_ptr<float>(), x.size(0), K,
-                     {reinterpret_cast<const uint8_t*>(codes.data_ptr<int8_t>()), s, nullptr}, N, b, out.data_ptr<float>());
-  return out;
+  return block_product(x, codes, scales, offsets, bias, N,
+                       [](auto bits, auto... args) { block_mm_impl<decltype(bits)::value>(args...); });
 }
 
 at::Tensor block_q8_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
@@ -564,16 +573,8 @@ at::Tensor block_q8_mm(const at::Tensor& x, const at::Tensor& codes, const at::T
   TORCH_CHECK(has_vnni(), "the 8-bit activation product needs a CPU with AVX-512 VNNI");
   check_blocks(x, codes, scales, offsets, bias, N, at::kByte,
                "[ceil(N / 16), K / 2, 16] uint8 (Q4_1) or [ceil(N / 16), K, 16] uint8 (Q8_0, codes + 128)");
-  const at::Tensor xc = x.contiguous();
-  at::Tensor out = at::empty({x.size(0), N}, x.options());
-  const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-  const auto* s = reinterpret_cast<const uint16_t*>(scales.data_ptr());
-  const BlockPanel<4> q4{codes.data_ptr<uint8_t>(), s, offsets.has_value() ? reinterpret_cast<const uint16_t*>(offsets->data_ptr()) : nullptr};
-  if (offsets.has_value())
-    q8_mm_impl<4>(xc.data_ptr<float>(), x.size(0), x.size(1), q4, N, b, out.data_ptr<float>());
-  else
-    q8_mm_impl<8>(xc.data_ptr<float>(), x.size(0), x.size(1), {q4.codes, s, nullptr}, N, b, out.data_ptr<float>());
-  return out;
+  return block_product(x, codes, scales, offsets, bias, N,
+                       [](auto bits, auto... args) { q8_mm_impl<decltype(bits)::value>(args...); });
 }
 
 bool block_q8_ready() { return has_vnni(); }
