@@ -196,7 +196,7 @@ class BlockLinear:
         if activations == "float32" and "avx512" not in kernel().isas:
             raise ValueError(f"the GGUF block product needs the panel kernel's AVX-512 path; here: {kernel().isas or kernel().reason}")
         if activations == "int8":
-            ready = kernel().compiled and int8_activations_compiled()
+            ready = int8_activations_compiled()
             if compiled and not ready:
                 raise ValueError("compiled=True: the 8-bit activation block product needs the panel kernel and AVX-512 VNNI, not here")
             if compiled is None and not ready:

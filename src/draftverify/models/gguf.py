@@ -93,7 +93,7 @@ def converted_folder(gguf_file: str | Path | None = None) -> Path:
     folder = cache_dir() / f"{gguf_file.stem}-{key}"
     if (folder / _MARKER).is_file():
         return folder
-    if folder.exists() and not (folder / _MARKER).is_file():  # no marker: a conversion that did not finish
+    if folder.exists() and not (folder / _MARKER).is_file():  # unfinished (asked again: another process may just have finished)
         shutil.rmtree(folder, ignore_errors=True)
     architecture = _architecture(gguf_file)
     if architecture not in _ARCHITECTURES:
