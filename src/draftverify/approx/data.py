@@ -81,17 +81,18 @@ def _continue(draft: LanguageModel, target: LanguageModel, prefix: torch.Tensor,
     target reads every token first, as in decoding: a draft that drafts from the target's hidden
     states (a feature draft) reads them from its cache."""
     target_cache = target.new_cache(prefix.shape[0])
-    caches = {draft: draft.new_cache(prefix.shape[0], target_cache)} if target_share < 1 else {}
-    caches[target] = target_cache
-    models = [m for m, share in ((draft, 1 - target_share), (target, target_share)) if share > 0]
+    draft_cache = draft.new_cache(prefix.shape[0], target_cache) if target_share < 1 else None
     sequence, chunk = prefix, prefix
     for _ in range(count):
-        logits = {m: m.forward(caches[m], chunk, None, 1)[:, 0] for m in (target, draft) if m in caches}  # [B, V] each
-        probs = [warp(logits[m], temperature) for m in models]
-        if len(probs) == 2:
-            from_target = torch.rand(prefix.shape[0], 1, generator=generator, dtype=torch.float64) < target_share
-            probs = [torch.where(from_target, probs[1].double(), probs[0].double())]
-        chunk = sample(probs[0], generator)[:, None]  # [B, 1]
+        target_logits = target.forward(target_cache, chunk, None, 1)[:, 0]  # [B, V]
+        if draft_cache is None:
+            probs = warp(target_logits, temperature)
+        else:
+            probs = warp(draft.forward(draft_cache, chunk, None, 1)[:, 0], temperature)
+            if target_share > 0:
+                from_target = torch.rand(prefix.shape[0], 1, generator=generator, dtype=torch.float64) < target_share
+                probs = torch.where(from_target, warp(target_logits, temperature).double(), probs.double())
+        chunk = sample(probs, generator)[:, None]  # [B, 1]
         sequence = torch.cat([sequence, chunk], 1)
     return sequence
 

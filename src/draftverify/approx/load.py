@@ -31,16 +31,19 @@ class ShippedClassifiers:
         self.paths = [path for path in paths if path.is_file()]
         self.classifiers = [LinearClassifier.load(path) for path in self.paths]
 
-    def path_for(self, draft: Any) -> Path:
-        """The file of the shipped classifier trained on ``draft`` (by its fingerprint), else the tiny
-        pair's (which the gated step then refuses for another draft, saying how to train one)."""
+    def _index(self, draft: Any) -> int:
+        """The shipped classifier trained on ``draft`` (by its fingerprint), else the tiny pair's
+        (which the gated step then refuses for another draft, saying how to train one)."""
         fingerprint = draft_fingerprint(draft)
-        return next((p for p, c in zip(self.paths, self.classifiers) if c.info.get("draft_fingerprint") == fingerprint),
-                    self.paths[0])
+        return next((i for i, c in enumerate(self.classifiers) if c.info.get("draft_fingerprint") == fingerprint), 0)
+
+    def path_for(self, draft: Any) -> Path:
+        """The file of the classifier for ``draft`` (:meth:`_index`)."""
+        return self.paths[self._index(draft)]
 
     def for_draft(self, draft: Any) -> LinearClassifier:
-        """The classifier of :meth:`path_for`."""
-        return self.classifiers[self.paths.index(self.path_for(draft))]
+        """The classifier for ``draft`` (:meth:`_index`)."""
+        return self.classifiers[self._index(draft)]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["classifiers"][0], name)

@@ -56,13 +56,14 @@ class SprinterLog:
 def gated_step(dec: Decoder, cap: int) -> list[RowStep]:
     """One gated step for every active prompt (see the module doc): runs of at most ``cap`` = L
     drafted tokens while the classifier says "yes", one target call, then the commit."""
-    if any(dec.states[p] is None for p in dec.active) and hasattr(dec.verifier.classifier, "for_draft"):
-        dec.verifier = replace(dec.verifier, classifier=dec.verifier.classifier.for_draft(dec.draft))  # shipped: this draft's
+    first = any(dec.states[p] is None for p in dec.active)  # the decoder's first step
+    if first and hasattr(dec.verifier.classifier, "for_draft"):  # the shipped classifiers: this draft's
+        dec.verifier = replace(dec.verifier, classifier=dec.verifier.classifier.for_draft(dec.draft))
     verifier: Sprinter = dec.verifier
     rows = len(dec.active)
     spec = getattr(verifier.classifier, "spec", None)
     tap = HiddenStateTap(dec.draft) if spec is not None and spec.hidden else None
-    if any(dec.states[p] is None for p in dec.active):  # the decoder's first step
+    if first:
         _check_draft(verifier.classifier, dec.draft)
         for p in dec.active:
             dec.states[p] = SprinterLog()
