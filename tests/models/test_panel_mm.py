@@ -9,6 +9,7 @@ sums of K products in different orders then differ by a few units of 1e-6 (K <= 
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -40,6 +41,39 @@ def test_the_kernel_builds_on_an_avx2_cpu_unless_eager_is_asked_for():
         pytest.skip("no AVX2 here: the eager fallback is the expected path")
     status = kernel()
     assert status.compiled or status.reason == f"{panel_mm.ENV}=eager", status.reason
+
+
+def test_a_builder_killed_mid_build_does_not_block_the_next_load(tmp_path):
+    (tmp_path / "lock").touch()  # cpp_extension's baton, left behind by a killed builder
+    with panel_mm._build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_a_live_builder_is_waited_for(tmp_path):
+    entered, release = threading.Event(), threading.Event()
+
+    def build():
+        with panel_mm._build_lock(tmp_path):
+            (tmp_path / "lock").touch()  # its baton, in use
+            entered.set()
+            release.wait(5)
+            (tmp_path / "lock").unlink()
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    entered.wait(5)
+    def load():
+        with panel_mm._build_lock(tmp_path):
+            pass
+
+    waiting = threading.Thread(target=load)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and (tmp_path / "lock").exists()  # waits, and leaves the live baton alone
+    release.set()
+    builder.join(5)
+    waiting.join(5)
+    assert not waiting.is_alive()
 
 
 @needs_panel

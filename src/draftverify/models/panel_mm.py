@@ -37,10 +37,13 @@ model's; the verifiers are exact for whichever target runs.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -92,6 +95,18 @@ def _build_directory() -> Path:
     return Path(root) / tag
 
 
+@contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    """Hold ``directory/build.flock`` while building or loading. ``cpp_extension`` guards a build with a
+    ``lock`` file that its builder deletes when done; a builder killed mid-build (Ctrl-C, a timeout)
+    leaves it behind and every later load waits on it forever. The operating system releases an
+    ``flock`` when its process dies, so a ``lock`` file found while holding it is such a leftover."""
+    with open(directory / "build.flock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        (directory / "lock").unlink(missing_ok=True)
+        yield  # closing the file releases the lock
+
+
 def _compile(highest: str) -> KernelStatus:
     from torch.utils import cpp_extension
 
@@ -102,8 +117,9 @@ def _compile(highest: str) -> KernelStatus:
     directory.mkdir(parents=True, exist_ok=True)
     built = not any(directory.glob("*.so"))
     start = time.perf_counter()
-    cpp_extension.load("draftverify_panel_mm", [str(source) for source in SOURCES], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
-                       build_directory=str(directory), is_python_module=False)
+    with _build_lock(directory):
+        cpp_extension.load("draftverify_panel_mm", [str(source) for source in SOURCES], extra_cflags=_FLAGS,
+                           extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False)
     seconds = time.perf_counter() - start
     isas = tuple(isa for isa in torch.ops.draftverify.panel_mm_isas() if ISAS.index(isa) <= ISAS.index(highest))
     return KernelStatus(isas, load_seconds=seconds, built=built)
