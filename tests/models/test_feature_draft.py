@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
-from draftverify.models.feature_draft import FeatureHead, is_feature_draft
+from draftverify.models.feature_draft import FeatureDraft, FeatureHead, _Backend, is_feature_draft
 from draftverify.models.hf import TransformersModel
 from draftverify.testing import goodness_of_fit
 from tests.factories import tiny_feature_pair
@@ -46,6 +46,26 @@ def test_the_draft_reads_the_targets_features_of_the_previous_position():
         previous = torch.nn.functional.pad(features[:, :-1], (0, 0, 1, 0))
         expected = draft.head_module.head(draft.head_module(target.model.get_input_embeddings()(tokens), previous))[0]
     assert torch.allclose(logits, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_drafted_position_reads_what_the_block_path_reads(seed):
+    # the host-side path for S = 1 against the tensor path over the same positions: every mix of
+    # rows reading the target's feature, the draft's own, or zero (a position neither has)
+    gen = torch.Generator().manual_seed(seed)
+    rows, slots_width, width = 4, 6, 5
+    backend = _Backend(None, None, rows, width)
+    backend.last = torch.randn(rows, width, generator=gen)
+    backend.last_position = torch.randint(-1, 9, (rows,), generator=gen).tolist()
+    slots = torch.randn(2, slots_width, width, generator=gen)  # two target rows: rows read 0, 0, 1, 1
+    held = torch.randint(0, slots_width + 1, (2,), generator=gen).tolist()
+    positions = torch.randint(0, 9, (rows, 1), generator=gen)
+    if seed % 4 == 0:  # every row one past the position it fed: the draft's own features
+        positions = torch.tensor(backend.last_position)[:, None].clamp(min=-1) + 1
+    target_rows = [0, 0, 1, 1]
+    one = FeatureDraft._position_features(backend, slots, held, target_rows, positions[:, 0].tolist())
+    block = FeatureDraft._block_features(backend, slots, held, target_rows, positions)
+    assert torch.equal(one[0], block[0]) and torch.equal(one[1], block[1])
 
 
 def test_positions_drafted_from_its_own_features_are_dropped_at_the_next_crop():

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .base import Cache, LanguageModel
@@ -147,6 +148,8 @@ class FeatureDraft(LanguageModel):
         self.layer = _Layer(layers, head.rotary, config.num_attention_heads, config.num_key_value_heads,
                             config.head_dim, compiled_layers(layers, config.head_dim))
         self.vocab = head.vocab
+        self.norm_weight, self.norm_eps = head.norm.weight.detach(), head.norm.variance_epsilon
+        self.norm_shape = (config.hidden_size,)
 
     @classmethod
     def from_folder(cls, folder: str | Path, target: TransformersModel, **options: Any) -> FeatureDraft:
@@ -177,9 +180,20 @@ class FeatureDraft(LanguageModel):
             width = slots.shape[1]
             key = torch.where(source.valid, torch.arange(width), width + torch.arange(width))  # [B_t, W]
             slots = slots.gather(1, key.argsort(1)[..., None].expand(-1, -1, slots.shape[2]))
-        target_rows = torch.arange(rows) * source.batch_size // rows  # [B]
+        target_rows = [r * source.batch_size // rows for r in range(rows)]  # [B]: the target row each row reads
+        if size == 1:  # a drafted position: decide per row on the host, one gather at most
+            return self._position_features(backend, slots, source.held, target_rows, positions[:, 0].tolist())
+        return self._block_features(backend, slots, source.held, target_rows, positions)
+
+    @staticmethod
+    def _block_features(backend: _Backend, slots: torch.Tensor, held: list[int], target_rows: list[int],
+                        positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_features` for any positions [B, S] from the target's slots [B_t, W, E] in position
+        order, the target rows' ``held`` and the target row of each row."""
+        rows, size = positions.shape
+        target_rows = torch.tensor(target_rows)
         previous = positions - 1  # [B, S]
-        held = torch.tensor(source.held)[target_rows][:, None]  # [B, 1]
+        held = torch.tensor(held)[target_rows][:, None]  # [B, 1]
         from_target = (previous >= 0) & (previous < held)
         features = slots[target_rows[:, None], previous.clamp(0, max(slots.shape[1] - 1, 0))] if slots.shape[1] else \
             torch.zeros(rows, size, slots.shape[2])
@@ -187,6 +201,26 @@ class FeatureDraft(LanguageModel):
         features = torch.where(from_target[..., None], features,
                                torch.where(own[..., None], backend.last[:, None], torch.zeros(())))
         return features, from_target | (previous < 0)
+
+    @staticmethod
+    def _position_features(backend: _Backend, slots: torch.Tensor, held: list[int], target_rows: list[int],
+                           positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_features` for one position j per row (S = 1), the same choice made on the host:
+        the target's f_{j-1} where it has scored j - 1, the draft's own where it fed j - 1, else 0."""
+        previous = [j - 1 for j in positions]
+        from_target = [0 <= i < held[t] for i, t in zip(previous, target_rows)]
+        if all(from_target):
+            features = slots[target_rows, previous]  # [B, E]
+        elif not any(from_target) and previous == backend.last_position:
+            features = backend.last
+        else:
+            gathered = slots[target_rows, [i if f else 0 for i, f in zip(previous, from_target)]] if slots.shape[1] \
+                else torch.zeros_like(backend.last)
+            kind = torch.tensor([0 if f else 1 if i == own else 2
+                                 for i, f, own in zip(previous, from_target, backend.last_position)])[:, None]  # [B, 1]
+            features = torch.where(kind == 0, gathered, torch.where(kind == 1, backend.last, torch.zeros(())))
+        exact = torch.tensor([f or i < 0 for i, f in zip(previous, from_target)])
+        return features[:, None], exact[:, None]
 
     def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
         backend, kv = cache.backend, cache.backend.kv
@@ -197,17 +231,19 @@ class FeatureDraft(LanguageModel):
             x = self.fc(torch.cat([self.embedding[tokens], features], -1).view(rows * size, -1)).view(rows, size, -1)
             mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
             kv.reserve(size)
-            hidden = self.head_module.norm(llama_layers(self.layer, kv, x, positions, mask))  # [B, S, E]
+            hidden = F.rms_norm(llama_layers(self.layer, kv, x, positions, mask), self.norm_shape, self.norm_weight,
+                                self.norm_eps)  # [B, S, E]
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
             subset = output_logits(self.output, self.head_module.head, hidden[:, -num_logits:]).view(rows * num_logits, -1)  # [B n, N]
-        valid = cache.valid[:, -size:]
-        fresh = (valid & exact).sum(1).tolist()  # leading new slots computed from the target's features
+        valid = cache.valid[:, -size:] if holes else None
+        fresh = (exact if valid is None else valid & exact).sum(1).tolist()  # leading new slots computed from the target's features
+        counts = [size] * rows if valid is None else valid.sum(1).tolist()
         for b in range(rows):
-            new = cache.held[b] - int(valid[b].sum())
+            new = cache.held[b] - counts[b]
             if backend.exact[b] == new:
                 backend.exact[b] = new + fresh[b]
-            backend.last_position[b] = int(positions[b, -1])
+        backend.last_position = positions[:, -1].tolist()
         logits = torch.full((rows * num_logits, self.vocab_size), float("-inf"))
         logits[:, self.vocab] = subset  # zero draft probability outside the subset
         return logits.view(rows, num_logits, -1)
