@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from draftverify.testing import enumerate_outcomes
-from draftverify.theory import longest_prefix_claim
+from draftverify.theory import kseq_acceptance, kseq_position_law, longest_prefix_claim
 from draftverify.theory.tuning import (
     StepCosts,
     expected_calls,
     fit_overhead,
     gbv_expected_accepted,
+    kseq_path_survival,
     least_squares_line,
     path_survival,
     plug_in_survival,
@@ -63,6 +64,69 @@ def test_block_law_along_a_path_matches_enumeration(method, seed):
         survival = path_survival(ratios, LENGTH, method)[0]
         pi = survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
         assert prob == pytest.approx(np.prod(t) * pi, abs=1e-12), block
+
+
+def _kseq_block_law(num_drafts: int, target: list[np.ndarray], draft: list[np.ndarray]) -> dict[tuple[int, ...], float]:
+    """Exact law of the block one ``kseq`` call commits over K drafts drawn i.i.d. from the tables."""
+    verifier = registered_verifier("kseq")
+
+    def call(source):
+        drafts = []
+        for _ in range(num_drafts):
+            tokens = []
+            for i in range(LENGTH):
+                tokens.append(source.categorical(torch.from_numpy(draft[i][tuple(tokens)])))
+            drafts.append(tokens)
+        draft_rows = np.stack([[draft[i][tuple(d[:i])] for i in range(LENGTH)] for d in drafts])  # [K, L, V]
+        target_rows = np.stack([[target[i][tuple(d[:i])] for i in range(LENGTH + 1)] for d in drafts])  # [K, L + 1, V]
+        result = verifier.verify(torch.tensor(drafts), torch.from_numpy(draft_rows), torch.from_numpy(target_rows),
+                                 generator=source)
+        return tuple(result.tokens)
+
+    return enumerate_outcomes(call)
+
+
+@pytest.mark.parametrize("num_drafts, seed", [(2, 0), (2, 1), (2, 2), (3, 3)])
+def test_kseq_block_law_along_a_path_matches_enumeration(num_drafts, seed):
+    """The same identity for K-SEQ over K drafts: P_block(w) = T(w) pi(|w|) with the survival of
+    the live-draft chain (kseq_path_survival), for every block the verifier can commit; the
+    plug-in's mean-field count of live drafts misses it."""
+    rng = np.random.default_rng(seed)
+    target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
+    law = _kseq_block_law(num_drafts, target, draft)
+    assert sum(law.values()) == pytest.approx(1.0)
+    worst_plug_in = 0.0
+    for block, prob in law.items():
+        m = len(block)
+        laws = np.zeros((m, LENGTH, num_drafts, num_drafts))  # position j read at depth j + 1
+        acceptance, path_draft = np.ones((m, LENGTH, num_drafts)), np.ones((m, LENGTH))
+        for j in range(min(m, LENGTH)):
+            t_row, d_row = target[j][block[:j]][None], draft[j][block[:j]][None]
+            laws[j, j] = kseq_position_law(t_row, d_row, np.array([block[j]]), num_drafts)[0]
+            acceptance[j, j] = [kseq_acceptance(t_row, d_row, k)[0] for k in range(1, num_drafts + 1)]
+            path_draft[j, j] = d_row[0, block[j]]
+        t = np.prod([target[i][block[:i]][block[i]] for i in range(m)])
+        for survival, exact in ((kseq_path_survival(laws, LENGTH)[0], True),
+                                (plug_in_survival(acceptance, LENGTH, path_draft)[0], False)):
+            pi = survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
+            if exact:
+                assert prob == pytest.approx(t * pi, abs=1e-12), block
+            else:
+                worst_plug_in = max(worst_plug_in, abs(prob - t * pi))
+    assert worst_plug_in > 1e-4
+
+
+def test_kseq_position_law_sums_to_its_acceptance():
+    """Summed over y ~ D and s, T(y) times the law is K-SEQ's one-position acceptance with m drafts;
+    with one draft it is sd's min(1, D / T)."""
+    rng = np.random.default_rng(5)
+    target, draft = random_tables(rng, 6, 1)[0], random_tables(rng, 6, 1)[0]
+    rows = np.repeat(target[None], 6, 0), np.repeat(draft[None], 6, 0)
+    law = kseq_position_law(*rows, np.arange(6), 4)  # [V, K, K]
+    accepted = (law.sum(-1) * target[:, None]).sum(0)  # [K]
+    assert accepted == pytest.approx([kseq_acceptance(target[None], draft[None], m)[0] for m in range(1, 5)])
+    assert law[:, 0, 0] == pytest.approx(np.minimum(1, draft / target))
+    assert np.all(np.triu(law, 1) == 0)  # s <= m: only drafts alive can be kept
 
 
 def test_expected_calls_matches_a_simulated_chain():

@@ -4,15 +4,17 @@ recommend one, and (``verify``) measure the best few beside the prediction.
 1. Paths: each prompt's continuation of N tokens sampled from the (warped) target, then one forward
    of target and draft over it: the warped distributions at every position, reduced at once to what
    the predictions need (the ratio D(y_t) / T(y_t) at the sampled token, the draft's probability of
-   it, and each plug-in method's acceptance of one position with K' = 1..K drafts). A draft whose
+   it, each plug-in method's acceptance of one position with K' = 1..K drafts, K-SEQ's law of the
+   token and the drafts it keeps alive). A draft whose
    law depends on the depth within a step (a feature draft: ``LanguageModel.depth_dependent``) is
    recorded at every depth d = 1..L_max as the engine's draft phase has it (:func:`depth_laws`),
    and the predictions read the depth of each position within its step.
-2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd`` and ``bv`` unbiased from the
-   paths (the block boundaries given a path are a Markov chain); ``gbv`` by a renewal approximation
-   of its per-call E[tau]; ``kseq``, ``ot``, ``multidraft-bv`` by the plug-in product of one-position
-   acceptance along target prefixes (biased: an accepted draft prefix does not follow the target; for
-   ``sd`` both are printed, the gap is that bias). Standard errors are over prompts.
+2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd``, ``bv`` and ``kseq`` unbiased
+   from the paths (the block boundaries given a path are a Markov chain; for ``kseq`` with the law of
+   how many drafts stay alive); ``gbv`` by a renewal approximation of its per-call E[tau]; ``ot`` and
+   ``multidraft-bv`` by the plug-in product of one-position acceptance along target prefixes (biased:
+   an accepted draft prefix does not follow the target; for ``sd`` both are printed, the gap is that
+   bias). Standard errors are over prompts.
 3. Costs (:class:`draftverify.theory.tuning.StepCosts`): the model calls as ``bench model-cost``
    measures them (:func:`.model_cost.call_costs`, every L interleaved: a step's L draft forwards on K rows with one crop
    after them, a target call scoring K drafts of L tokens, cache upkeep included), the verifier's own
@@ -45,12 +47,13 @@ from ..engine.pending import pending_tokens
 from ..models.base import LanguageModel
 from ..ot import optimal_acceptance
 from ..probs import warp
-from ..theory import kseq_acceptance, maximal_acceptance
+from ..theory import kseq_position_law, maximal_acceptance
 from ..theory.tuning import (
     StepCosts,
     expected_calls,
     fit_overhead,
     gbv_expected_accepted,
+    kseq_path_survival,
     path_survival,
     plug_in_survival,
     predicted_tokens_per_second,
@@ -71,6 +74,7 @@ tokens its network exceeds the solvers' limit (49.7M arcs > 20M at K = 2)."""
 _SINGLE = ("sd", "bv", "gbv")  # methods of one draft
 UNBIASED = "path (unbiased)"
 _OPTIMAL = ("ot", "multidraft-bv")  # plug-in acceptance: alpha*(K), the optimal one-position acceptance
+KSEQ_LAW = "kseq-law"  # PathRecord.acceptance key of K-SEQ's position law (theory.kseq_position_law), flattened
 _LOGITS_BUDGET = 2**26  # target logits held at once while recording paths per depth (256 MB of float32)
 
 
@@ -111,11 +115,12 @@ class TuneSettings:
 @dataclass(frozen=True)
 class PathRecord:
     """One prompt's target-sampled continuation y_1..y_N, reduced: ``ratios`` = D(y_t) / T(y_t),
-    ``draft_probs`` = D(y_t), ``acceptance[name]`` one-position acceptance with K' = 1..K drafts.
-    For a draft whose law is the same at every depth (``LanguageModel.depth_dependent`` False) they
-    are [N], [N] and [N, K]; otherwise per depth, [N, L], [N, L] and [N, L, K], entry [t, d - 1]
-    the draft's law at t as the d-th drafted position of a step (:mod:`draftverify.theory.tuning`;
-    entries with t < d - 1, where no step starts, hold 1 and are never read)."""
+    ``draft_probs`` = D(y_t), ``acceptance[name]`` one-position acceptance with K' = 1..K drafts
+    (``acceptance[KSEQ_LAW]``: K-SEQ's position law, K K values). For a draft whose law is the same
+    at every depth (``LanguageModel.depth_dependent`` False) they are [N], [N] and [N, K]; otherwise
+    per depth, [N, L], [N, L] and [N, L, K], entry [t, d - 1] the draft's law at t as the d-th
+    drafted position of a step (:mod:`draftverify.theory.tuning`; entries with t < d - 1, where no
+    step starts, hold 1 (ratios, draft probabilities) or 0 and are never read)."""
 
     ratios: np.ndarray
     draft_probs: np.ndarray
@@ -175,11 +180,12 @@ def depth_laws(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
 def _reduce(target_probs: np.ndarray, draft_probs: np.ndarray, tokens: np.ndarray, names: set[str],
             max_k: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Rows [R, V] of target and draft at R positions whose path tokens are ``tokens`` [R]:
-    ratios [R], draft probabilities [R] and each plug-in method's acceptance [R, K']."""
+    ratios [R], draft probabilities [R], each plug-in method's acceptance [R, K'] and ``kseq``'s
+    position law [R, K K] (:data:`KSEQ_LAW`)."""
     at = (np.arange(len(tokens)), tokens)
     acceptance = {"sd": maximal_acceptance(target_probs, draft_probs)[:, None]}
-    if "kseq" in names:
-        acceptance["kseq"] = np.stack([kseq_acceptance(target_probs, draft_probs, k) for k in range(1, max_k + 1)], 1)
+    if "kseq" in names:  # not an acceptance: K-SEQ's law at the path token, [R, K, K] flattened
+        acceptance[KSEQ_LAW] = kseq_position_law(target_probs, draft_probs, tokens, max_k).reshape(len(tokens), -1)
     if names & set(_OPTIMAL):
         acceptance["optimal"] = np.array([[optimal_acceptance(t, d, k) for k in range(1, max_k + 1)]
                                           for t, d in zip(target_probs, draft_probs)])
@@ -207,7 +213,7 @@ def record_along(target: LanguageModel, draft: LanguageModel, prompts: list[list
         ratios[at], draft_probs[at] = ratio.reshape(rows, size), prob.reshape(rows, size)
         for name, values in accept.items():
             if name not in acceptance:
-                acceptance[name] = np.ones((rows, count, depths, values.shape[1]))
+                acceptance[name] = np.zeros((rows, count, depths, values.shape[1]))
             acceptance[name][at] = values.reshape(rows, size, -1)
     return [PathRecord(ratios[b], draft_probs[b], {name: a[b] for name, a in acceptance.items()}) for b in range(rows)]
 
@@ -360,9 +366,11 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
             elif name == "gbv":
                 calls = [len(p.ratios) / (1 + gbv_expected_accepted(p.ratios, length).mean()) for p in paths]
                 estimator = "renewal (approx.)"
+            elif name == "kseq":
+                calls = [expected_calls(kseq_path_survival(_kseq_laws(p, k), length)) for p in paths]
+                estimator = UNBIASED
             else:
-                column = "kseq" if name == "kseq" else "optimal"
-                calls = [expected_calls(plug_in_survival(p.acceptance[column][..., :k], length, p.draft_probs))
+                calls = [expected_calls(plug_in_survival(p.acceptance["optimal"][..., :k], length, p.draft_probs))
                          for p in paths]
                 estimator = "plug-in (approx.)"
             per_call = tokens_per_call(tokens, calls)
@@ -383,6 +391,14 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
     rows.append(dict(method="ar", num_drafts=0, draft_length=0, tokens_per_call=1.0, standard_error=0.0,
                      estimator="-", tokens_per_second=ar_speed, vs_ar=1.0, step_ms=1e3 / ar_speed))
     return rows
+
+
+def _kseq_laws(path: PathRecord, num_drafts: int) -> np.ndarray:
+    """K-SEQ's position laws of ``path`` for K = ``num_drafts`` drafts: [N, (L,) K, K] (a law for m
+    live drafts involves only m' <= m)."""
+    laws = path.acceptance[KSEQ_LAW]
+    side = int(round(laws.shape[-1] ** 0.5))
+    return laws.reshape(*laws.shape[:-1], side, side)[..., :num_drafts, :num_drafts]
 
 
 def _spec(row: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "KSEQ_GUARANTEE",
     "spectr_gbv_claimed_bound",
     "MultiDraftAcceptance",
+    "kseq_position_law",
     "multidraft_acceptance",
 ]
 
@@ -56,6 +57,60 @@ def kseq_acceptance(target_probs, draft_probs, num_drafts) -> np.ndarray:
     k = _num_drafts(num_drafts)
     rho = kseq_rho(target_probs, draft_probs, k)
     return formulas.any_accepted(kseq_beta(target_probs, draft_probs, rho), k)
+
+
+def kseq_position_law(target_probs, draft_probs, tokens, max_drafts) -> np.ndarray:
+    """One K-SEQ position's output y, with how many drafts it keeps alive, over T(y): [R, K, K],
+    entry [r, m - 1, s - 1] = P(K-SEQ over m i.i.d. candidates from D accepts y = ``tokens[r]``
+    from a candidate and s of the m candidates are y) / T(y), for rows ``target_probs`` and
+    ``draft_probs`` [R, V] and m = 1..K (``max_drafts``).
+
+    K-SEQ (Sun et al. 2023, Algorithm 2; :func:`draftverify.verify.multidraft.KSeq`) tries the
+    candidates in order, accepting x with probability a(x) = min(1, T(x) / (rho_m D(x))) (rho_1 = 1);
+    the multi-step walk keeps every draft whose token is the accepted one. Per candidate, (token,
+    accepted) falls in four classes: (y, yes) with p = min(D(y), T(y) / rho_m), (y, no) D(y) - p,
+    (other, yes) beta_m - p, (other, no) the rest. The output is y from a candidate when the first
+    acceptance, at candidate J, is a y: with z counting the y's,
+    P(y, s) = p [z^(s-1)] sum_J ((D(y) - p) z + 1 - D(y) - beta_m + p)^(J-1) (D(y) z + 1 - D(y))^(m-J).
+    Summed over s this is c_m p, c_m = (1 - (1 - beta_m)^m) / beta_m; the residual draw gives
+    T(y) - c_m p, so each row m sums to at most 1 and the rest, 1 - sum, is the probability that y
+    ends the call as the correction token (K-SEQ is exact). A path's survival multiplies these
+    matrices (:func:`draftverify.theory.tuning.kseq_path_survival`)."""
+    target, draft = _validate.distribution_pair(target_probs, draft_probs)
+    if target.ndim != 2:
+        raise ValueError(f"target_probs: expected rows [R, V], got shape {target.shape}")
+    tokens = np.asarray(tokens)
+    if tokens.shape != target.shape[:1] or not np.issubdtype(tokens.dtype, np.integer) or \
+            np.any((tokens < 0) | (tokens >= target.shape[1])):
+        raise ValueError(f"tokens: expected {target.shape[0]} token ids in [0, {target.shape[1]}), got {tokens!r}")
+    k = _num_drafts(max_drafts)
+    rows = np.arange(len(tokens))
+    t_y, d_y = target[rows, tokens], draft[rows, tokens]
+    if np.any(t_y <= 0):
+        raise ValueError("tokens: each must have target probability > 0 (a target-sampled path)")
+    law = np.zeros((len(tokens), k, k))
+    for m in range(1, k + 1):
+        rho = formulas.kseq_rho(target, draft, m) if m > 1 else np.ones(len(tokens))
+        beta = formulas.kseq_beta(target, draft, rho)  # [R]
+        p = np.minimum(d_y, t_y / rho)
+        before = np.stack([np.clip(1 - d_y - beta + p, 0, None), d_y - p], 1)  # a rejected candidate: not y, y
+        after = np.stack([1 - d_y, d_y], 1)  # a candidate after the accepted one: not y, y
+        total = np.zeros((len(tokens), m))
+        for first in range(1, m + 1):
+            poly = np.ones((len(tokens), 1))
+            for factor in [before] * (first - 1) + [after] * (m - first):
+                poly = _times(poly, factor)
+            total += poly
+        law[:, m - 1, :m] = p[:, None] * total / t_y[:, None]
+    return law
+
+
+def _times(poly: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """Row-wise product of polynomials in z: [R, n] (coefficient of z^i in column i) times [R, 2]."""
+    out = np.zeros((poly.shape[0], poly.shape[1] + 1))
+    out[:, :-1] += poly * factor[:, :1]
+    out[:, 1:] += poly * factor[:, 1:]
+    return out
 
 
 def spectr_gbv_claimed_bound(target_tables, draft_tables, num_drafts) -> np.ndarray:

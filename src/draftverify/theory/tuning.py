@@ -38,8 +38,10 @@ diagonal ratios[t + j, j], j = 0..L-1 (entries [t, d - 1] with t < d - 1 are nev
 array means the same law at every depth (an ordinary draft: Llama, GPT-2, n-gram). Feeding a
 depth-dependent draft's first-depth ratios as [N] predicts a wrong value (its later depths differ).
 
-Where no such closed form is written (K > 1 drafts, ``gbv`` whose state modifies the next call's
-target) :func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
+``kseq`` with K drafts is exact too (:func:`kseq_path_survival`): its survival is a product of
+K x K matrices along the path, the law of how many drafts stay alive. Where no such closed form is
+written (``multidraft-bv`` and ``ot`` with K > 1 drafts, ``gbv`` whose state modifies the next
+call's target) :func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
 the method's acceptance of one position given the target's prefix. It is biased: the prefix a
 draft is tested on is an accepted draft prefix (law prod min(T, D) normalised), not a target
 prefix (law T); for ``sd`` the gap between the two estimates is that bias, and ``tune`` prints it.
@@ -55,6 +57,7 @@ from . import _validate
 
 __all__ = [
     "path_survival",
+    "kseq_path_survival",
     "plug_in_survival",
     "gbv_expected_accepted",
     "expected_calls",
@@ -113,6 +116,41 @@ def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
         products = np.concatenate([ones, np.cumprod(windows, axis=1)], axis=1)  # prod_{j<i} rho, i = 0..L
         return np.minimum.accumulate(products, axis=1)
     raise ValueError(f"method: no closed form along a path for {method!r}; known: {', '.join(PATH_METHODS)}")
+
+
+def kseq_path_survival(position_laws, draft_length: int) -> np.ndarray:
+    """S_t(k) for k = 0..L ([N, L + 1]) of ``kseq`` with K drafts along one target path, exact:
+    ``position_laws`` [N, K, K] (the same at every depth) or per depth [N, L', K, K] (L' >= L) from
+    :func:`draftverify.theory.kseq_position_law` at the path's tokens (entry [t, (d - 1,) m - 1,
+    s - 1]: y_t accepted from m live drafts, s of them left, over T(y_t)).
+
+    The block law of K-SEQ's multi-step walk (SpecTr, Sun et al. 2023) along a path: the live drafts
+    at the (j + 1)-th drafted position of a call are those whose first j tokens are the accepted
+    y_t..y_{t+j-1}, i.i.d. draws from D(. | y^{t+j-1}) there, so their count is a Markov chain
+    started at K, and P(the call accepts y_t..y_{t+k-1}) / T(y_t..y_{t+k-1}) = e_K^T prod_j
+    M_{t+j} 1 with M the position laws. The call's last token is then the correction (residual) or
+    the bonus, as in the module doc; this replaces the plug-in's mean-field count of live drafts,
+    1 + (K - 1) prod D, by its law."""
+    laws = _validate.as_float_array(position_laws, "position_laws")
+    length = int(_validate.count(draft_length, "draft_length", low=1))
+    if laws.ndim == 3:
+        laws = np.repeat(laws[:, None], length, axis=1)
+    if laws.ndim != 4 or laws.shape[1] < length or laws.shape[2] != laws.shape[3] or laws.shape[2] < 1:
+        raise ValueError(f"position_laws: expected [N, K, K] or per depth [N, L', K, K] with L' >= L = {length}, "
+                         f"got shape {np.shape(position_laws)}")
+    if np.any(laws < 0) or np.any(laws.sum(-1) > 1 + 1e-9):
+        raise ValueError("position_laws: expected entries >= 0 with rows summing to at most 1")
+    n, _, k, _ = laws.shape
+    live = np.zeros((n, k))
+    live[:, -1] = 1.0  # K drafts at a call's first position
+    survival = [np.ones(n)]
+    for j in range(length):
+        positions = np.arange(n) + j
+        step = laws[np.minimum(positions, n - 1), j]  # [N, K, K]
+        step[positions >= n] = np.eye(k)  # past the path's end: never read
+        live = np.einsum("nm,nms->ns", live, step)
+        survival.append(live.sum(1))
+    return np.stack(survival, 1)
 
 
 def plug_in_survival(acceptance, draft_length: int, path_draft_probs=None) -> np.ndarray:
