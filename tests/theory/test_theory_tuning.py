@@ -11,19 +11,21 @@ import pytest
 import torch
 
 from draftverify.testing import enumerate_outcomes
-from draftverify.theory import kseq_acceptance, kseq_position_law, longest_prefix_claim
+from draftverify.theory import kseq_acceptance, kseq_position_law, longest_prefix_claim, selection_position_law
 from draftverify.theory.tuning import (
     StepCosts,
     expected_calls,
     fit_overhead,
     gbv_expected_accepted,
     kseq_path_survival,
+    multidraft_bv_path_survival,
     least_squares_line,
     path_survival,
     plug_in_survival,
     predicted_tokens_per_second,
     tokens_per_call,
 )
+from draftverify.verify.multidraft_bv import sequential_selection
 from tests.factories import random_tables, registered_verifier
 
 VOCAB, LENGTH = 3, 2
@@ -66,9 +68,10 @@ def test_block_law_along_a_path_matches_enumeration(method, seed):
         assert prob == pytest.approx(np.prod(t) * pi, abs=1e-12), block
 
 
-def _kseq_block_law(num_drafts: int, target: list[np.ndarray], draft: list[np.ndarray]) -> dict[tuple[int, ...], float]:
-    """Exact law of the block one ``kseq`` call commits over K drafts drawn i.i.d. from the tables."""
-    verifier = registered_verifier("kseq")
+def _multidraft_block_law(method: str, num_drafts: int, target: list[np.ndarray],
+                          draft: list[np.ndarray]) -> dict[tuple[int, ...], float]:
+    """Exact law of the block one ``method`` call commits over K drafts drawn i.i.d. from the tables."""
+    verifier = registered_verifier(method)
 
     def call(source):
         drafts = []
@@ -93,7 +96,7 @@ def test_kseq_block_law_along_a_path_matches_enumeration(num_drafts, seed):
     plug-in's mean-field count of live drafts misses it."""
     rng = np.random.default_rng(seed)
     target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
-    law = _kseq_block_law(num_drafts, target, draft)
+    law = _multidraft_block_law("kseq", num_drafts, target, draft)
     assert sum(law.values()) == pytest.approx(1.0)
     worst_plug_in = 0.0
     for block, prob in law.items():
@@ -114,6 +117,51 @@ def test_kseq_block_law_along_a_path_matches_enumeration(num_drafts, seed):
             else:
                 worst_plug_in = max(worst_plug_in, abs(prob - t * pi))
     assert worst_plug_in > 1e-4
+
+
+@pytest.mark.parametrize("num_drafts, seed", [(2, 0), (2, 1), (3, 2)])
+def test_multidraft_bv_block_law_along_a_path_matches_enumeration(num_drafts, seed):
+    """The identity for multidraft-bv: bv's survival with the selection's law as draft rows, averaged
+    over the chain of live-draft counts (multidraft_bv_path_survival), for every block it commits;
+    taking the count as K at every level misses it."""
+    rng = np.random.default_rng(seed)
+    target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
+    law = _multidraft_block_law("multidraft-bv", num_drafts, target, draft)
+    assert sum(law.values()) == pytest.approx(1.0)
+    worst_fixed_count = 0.0
+    for block, prob in law.items():
+        m = len(block)
+        laws = np.zeros((m, LENGTH, num_drafts, num_drafts))  # position j read at depth j + 1
+        for j in range(min(m, LENGTH)):
+            t_row, d_row = torch.from_numpy(target[j][block[:j]]), torch.from_numpy(draft[j][block[:j]])
+            for count in range(1, num_drafts + 1):
+                accept = sequential_selection(t_row, d_row, count)[0].numpy()
+                laws[j, j, count - 1, :count] = selection_position_law(
+                    t_row[block[j]].numpy()[None], d_row[block[j]].numpy()[None], accept[block[j]][None],
+                    (d_row.numpy() @ accept)[None], count, first_if_none=True)[0]
+        t = np.prod([target[i][block[:i]][block[i]] for i in range(m)])
+        survival = multidraft_bv_path_survival(laws, LENGTH)[0]
+        pi = survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
+        assert prob == pytest.approx(t * pi, abs=1e-12), block
+        fixed = laws.copy()  # every level read with K candidates
+        fixed[:, :, :] = laws[:, :, -1:].sum(-1, keepdims=True) * np.eye(num_drafts)[-1]
+        fixed_survival = multidraft_bv_path_survival(fixed, LENGTH)[0]
+        fixed_pi = fixed_survival[m - 1] - fixed_survival[m] if m <= LENGTH else fixed_survival[LENGTH]
+        worst_fixed_count = max(worst_fixed_count, abs(prob - t * fixed_pi))
+    assert worst_fixed_count > 1e-4
+
+
+def test_selection_position_law_sums_to_the_selection_law():
+    """Summed over s, T(y) times multidraft-bv's position law is the selected token's law
+    (sequential_selection's), and with one candidate it is D."""
+    rng = np.random.default_rng(6)
+    target, draft = (torch.from_numpy(random_tables(rng, 6, 1)[0]) for _ in range(2))
+    for count in (1, 2, 4):
+        accept, selected = sequential_selection(target, draft, count)
+        law = selection_position_law(target.numpy(), draft.numpy(), accept.numpy(),
+                                     np.full(6, float(draft @ accept)), count, first_if_none=True)
+        assert law.sum(1) * target.numpy() == pytest.approx(selected.numpy(), abs=1e-12)
+    assert law.shape == (6, 4)
 
 
 def test_kseq_position_law_sums_to_its_acceptance():

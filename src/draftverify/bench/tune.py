@@ -4,17 +4,18 @@ recommend one, and (``verify``) measure the best few beside the prediction.
 1. Paths: each prompt's continuation of N tokens sampled from the (warped) target, then one forward
    of target and draft over it: the warped distributions at every position, reduced at once to what
    the predictions need (the ratio D(y_t) / T(y_t) at the sampled token, the draft's probability of
-   it, each plug-in method's acceptance of one position with K' = 1..K drafts, K-SEQ's law of the
-   token and the drafts it keeps alive). A draft whose
+   it, each plug-in method's acceptance of one position with K' = 1..K drafts, K-SEQ's and
+   multidraft-bv's law of the token and the drafts it keeps alive). A draft whose
    law depends on the depth within a step (a feature draft: ``LanguageModel.depth_dependent``) is
    recorded at every depth d = 1..L_max as the engine's draft phase has it (:func:`depth_laws`),
    and the predictions read the depth of each position within its step.
-2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd``, ``bv`` and ``kseq`` unbiased
-   from the paths (the block boundaries given a path are a Markov chain; for ``kseq`` with the law of
-   how many drafts stay alive); ``gbv`` by a renewal approximation of its per-call E[tau]; ``ot`` and
-   ``multidraft-bv`` by the plug-in product of one-position acceptance along target prefixes (biased:
-   an accepted draft prefix does not follow the target; for ``sd`` both are printed, the gap is that
-   bias). Standard errors are over prompts.
+2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd``, ``bv``, ``kseq`` and
+   ``multidraft-bv`` unbiased from the paths (the block boundaries given a path are a Markov chain;
+   for the multi-draft ones with the law of how many drafts stay alive); ``gbv`` by a renewal
+   approximation of its per-call E[tau]; ``ot`` (and ``multidraft-bv(selection=ot)``) by the plug-in
+   product of one-position acceptance along target prefixes (biased: an accepted draft prefix does
+   not follow the target; for ``sd`` both are printed, the gap is that bias). Standard errors are
+   over prompts.
 3. Costs (:class:`draftverify.theory.tuning.StepCosts`): the model calls as ``bench model-cost``
    measures them (:func:`.model_cost.call_costs`, every L interleaved: a step's L draft forwards on K rows with one crop
    after them, a target call scoring K drafts of L tokens, cache upkeep included), the verifier's own
@@ -47,19 +48,21 @@ from ..engine.pending import pending_tokens
 from ..models.base import LanguageModel
 from ..ot import optimal_acceptance
 from ..probs import warp
-from ..theory import kseq_position_law, maximal_acceptance
+from ..theory import kseq_position_law, maximal_acceptance, selection_position_law
 from ..theory.tuning import (
     StepCosts,
     expected_calls,
     fit_overhead,
     gbv_expected_accepted,
     kseq_path_survival,
+    multidraft_bv_path_survival,
     path_survival,
     plug_in_survival,
     predicted_tokens_per_second,
     tokens_per_call,
 )
 from ..verify import get_verifier, parse_method
+from ..verify.multidraft_bv import sequential_selection
 from .compare import run_spec
 from .model_cost import call_costs
 
@@ -73,8 +76,8 @@ tokens its network exceeds the solvers' limit (49.7M arcs > 20M at K = 2)."""
 
 _SINGLE = ("sd", "bv", "gbv")  # methods of one draft
 UNBIASED = "path (unbiased)"
-_OPTIMAL = ("ot", "multidraft-bv")  # plug-in acceptance: alpha*(K), the optimal one-position acceptance
 KSEQ_LAW = "kseq-law"  # PathRecord.acceptance key of K-SEQ's position law (theory.kseq_position_law), flattened
+SELECTION_LAW = "selection-law"  # and of multidraft-bv's sequential selection (theory.selection_position_law)
 _LOGITS_BUDGET = 2**26  # target logits held at once while recording paths per depth (256 MB of float32)
 
 
@@ -116,7 +119,7 @@ class TuneSettings:
 class PathRecord:
     """One prompt's target-sampled continuation y_1..y_N, reduced: ``ratios`` = D(y_t) / T(y_t),
     ``draft_probs`` = D(y_t), ``acceptance[name]`` one-position acceptance with K' = 1..K drafts
-    (``acceptance[KSEQ_LAW]``: K-SEQ's position law, K K values). For a draft whose law is the same
+    (``acceptance[KSEQ_LAW]``, ``acceptance[SELECTION_LAW]``: position laws, K K values). For a draft whose law is the same
     at every depth (``LanguageModel.depth_dependent`` False) they are [N], [N] and [N, K]; otherwise
     per depth, [N, L], [N, L] and [N, L, K], entry [t, d - 1] the draft's law at t as the d-th
     drafted position of a step (:mod:`draftverify.theory.tuning`; entries with t < d - 1, where no
@@ -180,16 +183,42 @@ def depth_laws(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
 def _reduce(target_probs: np.ndarray, draft_probs: np.ndarray, tokens: np.ndarray, names: set[str],
             max_k: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Rows [R, V] of target and draft at R positions whose path tokens are ``tokens`` [R]:
-    ratios [R], draft probabilities [R], each plug-in method's acceptance [R, K'] and ``kseq``'s
-    position law [R, K K] (:data:`KSEQ_LAW`)."""
+    ratios [R], draft probabilities [R], each plug-in method's acceptance [R, K'] and the position
+    laws of ``kseq`` and ``multidraft-bv`` [R, K K] (:data:`KSEQ_LAW`, :data:`SELECTION_LAW`)."""
     at = (np.arange(len(tokens)), tokens)
     acceptance = {"sd": maximal_acceptance(target_probs, draft_probs)[:, None]}
     if "kseq" in names:  # not an acceptance: K-SEQ's law at the path token, [R, K, K] flattened
         acceptance[KSEQ_LAW] = kseq_position_law(target_probs, draft_probs, tokens, max_k).reshape(len(tokens), -1)
-    if names & set(_OPTIMAL):
+    if "multidraft-bv" in names:
+        acceptance[SELECTION_LAW] = _selection_laws(target_probs, draft_probs, tokens, max_k).reshape(len(tokens), -1)
+    if "ot" in names:
         acceptance["optimal"] = np.array([[optimal_acceptance(t, d, k) for k in range(1, max_k + 1)]
                                           for t, d in zip(target_probs, draft_probs)])
     return draft_probs[at] / target_probs[at], draft_probs[at], acceptance
+
+
+def _estimator_input(method: str) -> str:
+    """What a method's estimate reads from the paths: its name, or "ot" for the plug-in of alpha*(K)
+    (``ot``, ``multidraft-bv(selection=ot)``)."""
+    spec = parse_method(method)
+    return "ot" if spec.name == "ot" or spec.options.get("selection", "sequential") == "ot" else spec.name
+
+
+def _selection_laws(target_probs: np.ndarray, draft_probs: np.ndarray, tokens: np.ndarray, max_k: int) -> np.ndarray:
+    """``multidraft-bv``'s selection law at the path tokens [R, K, K] (theory.selection_position_law
+    with its sequential rule, :func:`~draftverify.verify.multidraft_bv.sequential_selection`, per row
+    and count m = 1..K; one candidate is selected whatever its rule says)."""
+    rows = np.arange(len(tokens))
+    t_y, d_y = target_probs[rows, tokens], draft_probs[rows, tokens]
+    laws = np.zeros((len(tokens), max_k, max_k))
+    for m in range(1, max_k + 1):
+        taken, mass = np.zeros(len(tokens)), np.zeros(len(tokens))
+        if m > 1:
+            for r, (t, d) in enumerate(zip(target_probs, draft_probs)):
+                accept = sequential_selection(torch.from_numpy(t), torch.from_numpy(d), m)[0].numpy()
+                taken[r], mass[r] = accept[tokens[r]], d @ accept
+        laws[:, m - 1, :m] = selection_position_law(t_y, d_y, taken, mass, m, first_if_none=True)
+    return laws
 
 
 def record_along(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], paths: list[list[int]],
@@ -197,7 +226,7 @@ def record_along(target: LanguageModel, draft: LanguageModel, prompts: list[list
     """A :class:`PathRecord` of each continuation in ``paths`` (one length) after its prompt: one
     teacher-forced pass per prompt, or, for a depth-dependent draft, the prompts together per depth
     (:func:`depth_laws`), each step start's rows reduced at once (no [N, L, V] is kept)."""
-    names, max_k = {parse_method(m).name for m in settings.methods}, max(settings.num_drafts)
+    names, max_k = {_estimator_input(m) for m in settings.methods}, max(settings.num_drafts)
     if not draft.depth_dependent:
         return [PathRecord(*_reduce(*(rows.numpy() for rows in _warped(target, draft, prompt + path, len(path), settings)),
                                     np.array(path), names, max_k)) for prompt, path in zip(prompts, paths)]
@@ -367,7 +396,10 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                 calls = [len(p.ratios) / (1 + gbv_expected_accepted(p.ratios, length).mean()) for p in paths]
                 estimator = "renewal (approx.)"
             elif name == "kseq":
-                calls = [expected_calls(kseq_path_survival(_kseq_laws(p, k), length)) for p in paths]
+                calls = [expected_calls(kseq_path_survival(_laws(p, KSEQ_LAW, k), length)) for p in paths]
+                estimator = UNBIASED
+            elif _estimator_input(method) == "multidraft-bv":
+                calls = [expected_calls(multidraft_bv_path_survival(_laws(p, SELECTION_LAW, k), length)) for p in paths]
                 estimator = UNBIASED
             else:
                 calls = [expected_calls(plug_in_survival(p.acceptance["optimal"][..., :k], length, p.draft_probs))
@@ -393,10 +425,10 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
     return rows
 
 
-def _kseq_laws(path: PathRecord, num_drafts: int) -> np.ndarray:
-    """K-SEQ's position laws of ``path`` for K = ``num_drafts`` drafts: [N, (L,) K, K] (a law for m
-    live drafts involves only m' <= m)."""
-    laws = path.acceptance[KSEQ_LAW]
+def _laws(path: PathRecord, key: str, num_drafts: int) -> np.ndarray:
+    """The position laws ``key`` (KSEQ_LAW, SELECTION_LAW) of ``path`` for K = ``num_drafts`` drafts:
+    [N, (L,) K, K] (a law for m live drafts involves only m' <= m)."""
+    laws = path.acceptance[key]
     side = int(round(laws.shape[-1] ** 0.5))
     return laws.reshape(*laws.shape[:-1], side, side)[..., :num_drafts, :num_drafts]
 

@@ -35,6 +35,7 @@ from .multidraft import (
     kseq_position_law,
     kseq_rho,
     multidraft_acceptance,
+    selection_position_law,
     spectr_gbv_claimed_bound,
 )
 from .single import (
@@ -110,6 +111,7 @@ __all__ = [
     "maximal_acceptance",
     "multi_step_error",
     "multidraft_acceptance",
+    "selection_position_law",
     "optimal_draft_length",
     "path_survival",
     "plug_in_survival",

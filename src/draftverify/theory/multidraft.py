@@ -20,6 +20,7 @@ __all__ = [
     "MultiDraftAcceptance",
     "kseq_position_law",
     "multidraft_acceptance",
+    "selection_position_law",
 ]
 
 KSEQ_GUARANTEE = 1 - 1 / np.e
@@ -59,23 +60,57 @@ def kseq_acceptance(target_probs, draft_probs, num_drafts) -> np.ndarray:
     return formulas.any_accepted(kseq_beta(target_probs, draft_probs, rho), k)
 
 
+def selection_position_law(target_at, draft_at, taken_at, taken_mass, num_candidates: int, *,
+                           first_if_none: bool) -> np.ndarray:
+    """One level of a multi-draft walk, at a path token y: [R, m], entry [r, s - 1] = P(the rule
+    selects y from m = ``num_candidates`` i.i.d. candidates of D and s of them are y) / T(y).
+
+    The rule (K-SEQ's, Sun et al. 2023, and ``multidraft-bv``'s sequential selection) tries the
+    candidates in order and takes candidate x with probability a(x); the first one taken wins; if
+    none is, ``first_if_none`` selects the first candidate (``multidraft-bv``), else nothing is
+    selected (K-SEQ draws its residual). Inputs per row: T(y) ``target_at``, D(y) ``draft_at``,
+    a(y) ``taken_at`` and gamma = sum_x D(x) a(x) ``taken_mass``. Per candidate, (token, taken) falls
+    in four classes: (y, yes) with p = D(y) a(y), (y, no) D(y) - p, (other, yes) gamma - p, (other,
+    no) the rest; with z counting the y's,
+    P(y, s) = [z^(s-1)] ( p sum_J ((D(y) - p) z + 1 - D(y) - gamma + p)^(J-1) (D(y) z + 1 - D(y))^(m-J)
+              + [first_if_none] (D(y) - p) ((D(y) - p) z + 1 - D(y) - gamma + p)^(m-1) ),
+    J the first candidate taken. Summed over s: c p (c = (1 - (1 - gamma)^m) / gamma), plus
+    (1 - gamma)^(m-1) (D(y) - p) when the first is selected: the laws of
+    :func:`draftverify.verify.multidraft_bv.sequential_selection` and of K-SEQ's accepted token."""
+    t_y, d_y, p = (np.asarray(v, dtype=np.float64) for v in (target_at, draft_at, draft_at * np.asarray(taken_at)))
+    gamma, m = np.asarray(taken_mass, dtype=np.float64), int(num_candidates)
+    rejected = np.stack([np.clip(1 - d_y - gamma + p, 0, None), d_y - p], 1)  # a candidate not taken: other, y
+    anything = np.stack([1 - d_y, d_y], 1)  # a candidate after the one taken
+    total = np.zeros((len(t_y), m))
+    for first in range(1, m + 1):
+        total += p[:, None] * _power_product(rejected, first - 1, anything, m - first)
+    if first_if_none:
+        total += (d_y - p)[:, None] * _power_product(rejected, m - 1, anything, 0)
+    return total / t_y[:, None]
+
+
+def _power_product(a: np.ndarray, i: int, b: np.ndarray, j: int) -> np.ndarray:
+    """Row-wise coefficients of z^0..z^(i+j) of a(z)^i b(z)^j for linear a, b [R, 2] (constant, z)."""
+    poly = np.ones((a.shape[0], 1))
+    for factor in [a] * i + [b] * j:
+        poly = np.concatenate([poly * factor[:, :1], np.zeros((len(poly), 1))], 1) + \
+            np.concatenate([np.zeros((len(poly), 1)), poly * factor[:, 1:]], 1)
+    return poly
+
+
 def kseq_position_law(target_probs, draft_probs, tokens, max_drafts) -> np.ndarray:
     """One K-SEQ position's output y, with how many drafts it keeps alive, over T(y): [R, K, K],
     entry [r, m - 1, s - 1] = P(K-SEQ over m i.i.d. candidates from D accepts y = ``tokens[r]``
     from a candidate and s of the m candidates are y) / T(y), for rows ``target_probs`` and
     ``draft_probs`` [R, V] and m = 1..K (``max_drafts``).
 
-    K-SEQ (Sun et al. 2023, Algorithm 2; :func:`draftverify.verify.multidraft.KSeq`) tries the
-    candidates in order, accepting x with probability a(x) = min(1, T(x) / (rho_m D(x))) (rho_1 = 1);
-    the multi-step walk keeps every draft whose token is the accepted one. Per candidate, (token,
-    accepted) falls in four classes: (y, yes) with p = min(D(y), T(y) / rho_m), (y, no) D(y) - p,
-    (other, yes) beta_m - p, (other, no) the rest. The output is y from a candidate when the first
-    acceptance, at candidate J, is a y: with z counting the y's,
-    P(y, s) = p [z^(s-1)] sum_J ((D(y) - p) z + 1 - D(y) - beta_m + p)^(J-1) (D(y) z + 1 - D(y))^(m-J).
-    Summed over s this is c_m p, c_m = (1 - (1 - beta_m)^m) / beta_m; the residual draw gives
-    T(y) - c_m p, so each row m sums to at most 1 and the rest, 1 - sum, is the probability that y
-    ends the call as the correction token (K-SEQ is exact). A path's survival multiplies these
-    matrices (:func:`draftverify.theory.tuning.kseq_path_survival`)."""
+    K-SEQ (Sun et al. 2023, Algorithm 2; :class:`draftverify.verify.multidraft.KSeq`) takes a
+    candidate x with probability a(x) = min(1, T(x) / (rho_m D(x))) (rho_1 = 1), so gamma =
+    beta_m = sum_x min(D(x), T(x) / rho_m) in :func:`selection_position_law`; the multi-step walk
+    keeps every draft whose token is the accepted one. Each row m sums to c_m min(D(y), T(y) /
+    rho_m) / T(y) <= 1: the residual draw gives the rest of T(y), the probability that y ends the
+    call as its correction token (K-SEQ is exact). A path's survival multiplies these matrices
+    (:func:`draftverify.theory.tuning.kseq_path_survival`)."""
     target, draft = _validate.distribution_pair(target_probs, draft_probs)
     if target.ndim != 2:
         raise ValueError(f"target_probs: expected rows [R, V], got shape {target.shape}")
@@ -91,26 +126,10 @@ def kseq_position_law(target_probs, draft_probs, tokens, max_drafts) -> np.ndarr
     law = np.zeros((len(tokens), k, k))
     for m in range(1, k + 1):
         rho = formulas.kseq_rho(target, draft, m) if m > 1 else np.ones(len(tokens))
-        beta = formulas.kseq_beta(target, draft, rho)  # [R]
-        p = np.minimum(d_y, t_y / rho)
-        before = np.stack([np.clip(1 - d_y - beta + p, 0, None), d_y - p], 1)  # a rejected candidate: not y, y
-        after = np.stack([1 - d_y, d_y], 1)  # a candidate after the accepted one: not y, y
-        total = np.zeros((len(tokens), m))
-        for first in range(1, m + 1):
-            poly = np.ones((len(tokens), 1))
-            for factor in [before] * (first - 1) + [after] * (m - first):
-                poly = _times(poly, factor)
-            total += poly
-        law[:, m - 1, :m] = p[:, None] * total / t_y[:, None]
+        taken = np.minimum(1.0, np.divide(t_y, rho * d_y, out=np.ones_like(t_y), where=d_y > 0))
+        law[:, m - 1, :m] = selection_position_law(t_y, d_y, taken, formulas.kseq_beta(target, draft, rho), m,
+                                                   first_if_none=False)
     return law
-
-
-def _times(poly: np.ndarray, factor: np.ndarray) -> np.ndarray:
-    """Row-wise product of polynomials in z: [R, n] (coefficient of z^i in column i) times [R, 2]."""
-    out = np.zeros((poly.shape[0], poly.shape[1] + 1))
-    out[:, :-1] += poly * factor[:, :1]
-    out[:, 1:] += poly * factor[:, 1:]
-    return out
 
 
 def spectr_gbv_claimed_bound(target_tables, draft_tables, num_drafts) -> np.ndarray:

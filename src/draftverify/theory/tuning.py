@@ -38,10 +38,10 @@ diagonal ratios[t + j, j], j = 0..L-1 (entries [t, d - 1] with t < d - 1 are nev
 array means the same law at every depth (an ordinary draft: Llama, GPT-2, n-gram). Feeding a
 depth-dependent draft's first-depth ratios as [N] predicts a wrong value (its later depths differ).
 
-``kseq`` with K drafts is exact too (:func:`kseq_path_survival`): its survival is a product of
-K x K matrices along the path, the law of how many drafts stay alive. Where no such closed form is
-written (``multidraft-bv`` and ``ot`` with K > 1 drafts, ``gbv`` whose state modifies the next
-call's target) :func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
+``kseq`` and ``multidraft-bv`` with K drafts are exact too (:func:`kseq_path_survival`,
+:func:`multidraft_bv_path_survival`): their survival follows the law of how many drafts stay alive. Where no such closed form is
+written (``ot`` with K > 1 drafts, ``gbv`` whose state modifies the next call's target)
+:func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
 the method's acceptance of one position given the target's prefix. It is biased: the prefix a
 draft is tested on is an accepted draft prefix (law prod min(T, D) normalised), not a target
 prefix (law T); for ``sd`` the gap between the two estimates is that bias, and ``tune`` prints it.
@@ -49,6 +49,7 @@ prefix (law T); for ``sd`` the gap between the two estimates is that bias, and `
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +59,7 @@ from . import _validate
 __all__ = [
     "path_survival",
     "kseq_path_survival",
+    "multidraft_bv_path_survival",
     "plug_in_survival",
     "gbv_expected_accepted",
     "expected_calls",
@@ -151,6 +153,49 @@ def kseq_path_survival(position_laws, draft_length: int) -> np.ndarray:
         live = np.einsum("nm,nms->ns", live, step)
         survival.append(live.sum(1))
     return np.stack(survival, 1)
+
+
+def multidraft_bv_path_survival(position_laws, draft_length: int) -> np.ndarray:
+    """S_t(k) for k = 0..L ([N, L + 1]) of ``multidraft-bv`` with K drafts along one target path,
+    exact: ``position_laws`` [N, K, K] or per depth [N, L', K, K], its selection's law at the
+    path's tokens (:func:`draftverify.theory.selection_position_law` with the first candidate
+    selected when none is taken; entry [t, (d - 1,) m - 1, s - 1] over T(y_t)).
+
+    ``multidraft-bv`` (:class:`draftverify.verify.multidraft_bv.MultiDraftBlockVerification`)
+    verifies the selected path with ``bv`` whose draft rows are the selection's law mu_m, m the
+    count of drafts sharing the path; its exactness argument augments each level with s = that count,
+    a Markov chain from s_0 = K with kernel P(s' | y, s) = law[s, s'] / mu_s(y). Given the path and
+    the chain, ``bv``'s survival is min_{i<=k} prod_{j<i} mu_{s_j}(y_{t+j}) / T(y_{t+j}) (the
+    module doc's, draft rows mu); the target's augmented law draws the chain by the same kernel,
+    so S_t(k) is its expectation over the chain: here every chain of counts, K >= s_1 >= ... >=
+    s_{L-1} >= 1, is enumerated (C(L + K - 2, K - 1) of them)."""
+    laws = _validate.as_float_array(position_laws, "position_laws")
+    length = int(_validate.count(draft_length, "draft_length", low=1))
+    if laws.ndim == 3:
+        laws = np.repeat(laws[:, None], length, axis=1)
+    if laws.ndim != 4 or laws.shape[1] < length or laws.shape[2] != laws.shape[3] or laws.shape[2] < 1:
+        raise ValueError(f"position_laws: expected [N, K, K] or per depth [N, L', K, K] with L' >= L = {length}, "
+                         f"got shape {np.shape(position_laws)}")
+    if np.any(laws < 0):
+        raise ValueError("position_laws: expected entries >= 0")
+    n, _, k, _ = laws.shape
+    positions = np.arange(n)[:, None] + np.arange(length)  # t + j  [N, L]
+    inside = positions < n
+    at = laws[np.minimum(positions, n - 1), np.arange(length)]  # [N, L, K, K]: depth j + 1 at t + j
+    ratio = at.sum(-1)  # mu_m(y) / T(y)  [N, L, K]
+    kernel = np.divide(at, ratio[..., None], out=np.broadcast_to(np.eye(k), at.shape).copy(), where=ratio[..., None] > 0)
+    ratio[~inside], kernel[~inside] = 1.0, np.eye(k)  # past the path's end: never read
+    survival = np.zeros((n, length + 1))
+    for tail in itertools.combinations_with_replacement(range(k - 1, -1, -1), length - 1):  # s_1 >= ... >= s_{L-1}
+        counts = (k - 1, *tail)  # s_j - 1, j = 0..L-1
+        weight, product, running = np.ones(n), np.ones(n), [np.ones(n)]
+        for j, m in enumerate(counts):
+            product = product * ratio[:, j, m]
+            running.append(np.minimum(running[-1], product))
+            if j + 1 < length:
+                weight = weight * kernel[:, j, m, counts[j + 1]]
+        survival += weight[:, None] * np.stack(running, 1)
+    return survival
 
 
 def plug_in_survival(acceptance, draft_length: int, path_draft_probs=None) -> np.ndarray:
