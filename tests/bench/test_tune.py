@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from draftverify.bench.tune import KSEQ_LAW, SELECTION_LAW, TuneSettings, check_pair, depth_laws, record_along, record_paths, tune
+from draftverify.bench.tune import (
+    KSEQ_LAW,
+    SELECTION_LAW,
+    TuneSettings,
+    check_pair,
+    depth_laws,
+    record_along,
+    record_paths,
+    tune,
+)
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.models.toy import ToyModel
 from draftverify.testing import random_pair

@@ -48,6 +48,11 @@ def _block_law(method: str, target: list[np.ndarray], draft: list[np.ndarray]) -
     return enumerate_outcomes(call)
 
 
+def _block_share(survival: np.ndarray, m: int) -> float:
+    """pi(m) = S(m - 1) - S(m) for m <= L, S(L) for the block of L + 1 (the bonus)."""
+    return survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
+
+
 @pytest.mark.parametrize("method", ["sd", "bv"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_block_law_along_a_path_matches_enumeration(method, seed):
@@ -64,8 +69,7 @@ def test_block_law_along_a_path_matches_enumeration(method, seed):
         ratios = np.ones(LENGTH)
         ratios[: len(d)] = np.array(d) / np.array(t[: len(d)])
         survival = path_survival(ratios, LENGTH, method)[0]
-        pi = survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
-        assert prob == pytest.approx(np.prod(t) * pi, abs=1e-12), block
+        assert prob == pytest.approx(np.prod(t) * _block_share(survival, m), abs=1e-12), block
 
 
 def _multidraft_block_law(method: str, num_drafts: int, target: list[np.ndarray],
@@ -111,11 +115,10 @@ def test_kseq_block_law_along_a_path_matches_enumeration(num_drafts, seed):
         t = np.prod([target[i][block[:i]][block[i]] for i in range(m)])
         for survival, exact in ((kseq_path_survival(laws, LENGTH)[0], True),
                                 (plug_in_survival(acceptance, LENGTH, path_draft)[0], False)):
-            pi = survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
             if exact:
-                assert prob == pytest.approx(t * pi, abs=1e-12), block
+                assert prob == pytest.approx(t * _block_share(survival, m), abs=1e-12), block
             else:
-                worst_plug_in = max(worst_plug_in, abs(prob - t * pi))
+                worst_plug_in = max(worst_plug_in, abs(prob - t * _block_share(survival, m)))
     assert worst_plug_in > 1e-4
 
 
@@ -140,14 +143,12 @@ def test_multidraft_bv_block_law_along_a_path_matches_enumeration(num_drafts, se
                     t_row[block[j]].numpy()[None], d_row[block[j]].numpy()[None], accept[block[j]][None],
                     (d_row.numpy() @ accept)[None], count, first_if_none=True)[0]
         t = np.prod([target[i][block[:i]][block[i]] for i in range(m)])
-        survival = multidraft_bv_path_survival(laws, LENGTH)[0]
-        pi = survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
-        assert prob == pytest.approx(t * pi, abs=1e-12), block
+        share = _block_share(multidraft_bv_path_survival(laws, LENGTH)[0], m)
+        assert prob == pytest.approx(t * share, abs=1e-12), block
         fixed = laws.copy()  # every level read with K candidates
         fixed[:, :, :] = laws[:, :, -1:].sum(-1, keepdims=True) * np.eye(num_drafts)[-1]
-        fixed_survival = multidraft_bv_path_survival(fixed, LENGTH)[0]
-        fixed_pi = fixed_survival[m - 1] - fixed_survival[m] if m <= LENGTH else fixed_survival[LENGTH]
-        worst_fixed_count = max(worst_fixed_count, abs(prob - t * fixed_pi))
+        fixed_share = _block_share(multidraft_bv_path_survival(fixed, LENGTH)[0], m)
+        worst_fixed_count = max(worst_fixed_count, abs(prob - t * fixed_share))
     assert worst_fixed_count > 1e-4
 
 

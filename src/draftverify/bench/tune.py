@@ -119,11 +119,12 @@ class TuneSettings:
 class PathRecord:
     """One prompt's target-sampled continuation y_1..y_N, reduced: ``ratios`` = D(y_t) / T(y_t),
     ``draft_probs`` = D(y_t), ``acceptance[name]`` one-position acceptance with K' = 1..K drafts
-    (``acceptance[KSEQ_LAW]``, ``acceptance[SELECTION_LAW]``: position laws, K K values). For a draft whose law is the same
-    at every depth (``LanguageModel.depth_dependent`` False) they are [N], [N] and [N, K]; otherwise
-    per depth, [N, L], [N, L] and [N, L, K], entry [t, d - 1] the draft's law at t as the d-th
-    drafted position of a step (:mod:`draftverify.theory.tuning`; entries with t < d - 1, where no
-    step starts, hold 1 (ratios, draft probabilities) or 0 and are never read)."""
+    (``acceptance[KSEQ_LAW]``, ``acceptance[SELECTION_LAW]``: position laws, K K values). For a
+    draft whose law is the same at every depth (``LanguageModel.depth_dependent`` False) they are
+    [N], [N] and [N, K]; otherwise per depth, [N, L], [N, L] and [N, L, K], entry [t, d - 1] the
+    draft's law at t as the d-th drafted position of a step (:mod:`draftverify.theory.tuning`;
+    entries with t < d - 1, where no step starts, hold 1 (ratios, draft probabilities) or 0 and are
+    never read)."""
 
     ratios: np.ndarray
     draft_probs: np.ndarray

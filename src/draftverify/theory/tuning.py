@@ -39,9 +39,9 @@ array means the same law at every depth (an ordinary draft: Llama, GPT-2, n-gram
 depth-dependent draft's first-depth ratios as [N] predicts a wrong value (its later depths differ).
 
 ``kseq`` and ``multidraft-bv`` with K drafts are exact too (:func:`kseq_path_survival`,
-:func:`multidraft_bv_path_survival`): their survival follows the law of how many drafts stay alive. Where no such closed form is
-written (``ot`` with K > 1 drafts, ``gbv`` whose state modifies the next call's target)
-:func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
+:func:`multidraft_bv_path_survival`): their survival follows the law of how many drafts stay
+alive. Where no such closed form is written (``ot`` with K > 1 drafts, ``gbv`` whose state
+modifies the next call's target) :func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
 the method's acceptance of one position given the target's prefix. It is biased: the prefix a
 draft is tested on is an accepted draft prefix (law prod min(T, D) normalised), not a target
 prefix (law T); for ``sd`` the gap between the two estimates is that bias, and ``tune`` prints it.
@@ -120,6 +120,20 @@ def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
     raise ValueError(f"method: no closed form along a path for {method!r}; known: {', '.join(PATH_METHODS)}")
 
 
+def _position_laws(position_laws, draft_length: int) -> tuple[np.ndarray, int]:
+    """Per-depth position laws [N, L', K, K] >= 0 (an [N, K, K] input: the same at every depth) and L."""
+    laws = _validate.as_float_array(position_laws, "position_laws")
+    length = int(_validate.count(draft_length, "draft_length", low=1))
+    if laws.ndim == 3:
+        laws = np.repeat(laws[:, None], length, axis=1)
+    if laws.ndim != 4 or laws.shape[1] < length or laws.shape[2] != laws.shape[3] or laws.shape[2] < 1:
+        raise ValueError(f"position_laws: expected [N, K, K] or per depth [N, L', K, K] with L' >= L = {length}, "
+                         f"got shape {np.shape(position_laws)}")
+    if np.any(laws < 0):
+        raise ValueError("position_laws: expected entries >= 0")
+    return laws, length
+
+
 def kseq_path_survival(position_laws, draft_length: int) -> np.ndarray:
     """S_t(k) for k = 0..L ([N, L + 1]) of ``kseq`` with K drafts along one target path, exact:
     ``position_laws`` [N, K, K] (the same at every depth) or per depth [N, L', K, K] (L' >= L) from
@@ -133,15 +147,9 @@ def kseq_path_survival(position_laws, draft_length: int) -> np.ndarray:
     M_{t+j} 1 with M the position laws. The call's last token is then the correction (residual) or
     the bonus, as in the module doc; this replaces the plug-in's mean-field count of live drafts,
     1 + (K - 1) prod D, by its law."""
-    laws = _validate.as_float_array(position_laws, "position_laws")
-    length = int(_validate.count(draft_length, "draft_length", low=1))
-    if laws.ndim == 3:
-        laws = np.repeat(laws[:, None], length, axis=1)
-    if laws.ndim != 4 or laws.shape[1] < length or laws.shape[2] != laws.shape[3] or laws.shape[2] < 1:
-        raise ValueError(f"position_laws: expected [N, K, K] or per depth [N, L', K, K] with L' >= L = {length}, "
-                         f"got shape {np.shape(position_laws)}")
-    if np.any(laws < 0) or np.any(laws.sum(-1) > 1 + 1e-9):
-        raise ValueError("position_laws: expected entries >= 0 with rows summing to at most 1")
+    laws, length = _position_laws(position_laws, draft_length)
+    if np.any(laws.sum(-1) > 1 + 1e-9):
+        raise ValueError("position_laws: expected rows summing to at most 1")
     n, _, k, _ = laws.shape
     live = np.zeros((n, k))
     live[:, -1] = 1.0  # K drafts at a call's first position
@@ -169,21 +177,14 @@ def multidraft_bv_path_survival(position_laws, draft_length: int) -> np.ndarray:
     module doc's, draft rows mu); the target's augmented law draws the chain by the same kernel,
     so S_t(k) is its expectation over the chain: here every chain of counts, K >= s_1 >= ... >=
     s_{L-1} >= 1, is enumerated (C(L + K - 2, K - 1) of them)."""
-    laws = _validate.as_float_array(position_laws, "position_laws")
-    length = int(_validate.count(draft_length, "draft_length", low=1))
-    if laws.ndim == 3:
-        laws = np.repeat(laws[:, None], length, axis=1)
-    if laws.ndim != 4 or laws.shape[1] < length or laws.shape[2] != laws.shape[3] or laws.shape[2] < 1:
-        raise ValueError(f"position_laws: expected [N, K, K] or per depth [N, L', K, K] with L' >= L = {length}, "
-                         f"got shape {np.shape(position_laws)}")
-    if np.any(laws < 0):
-        raise ValueError("position_laws: expected entries >= 0")
+    laws, length = _position_laws(position_laws, draft_length)
     n, _, k, _ = laws.shape
     positions = np.arange(n)[:, None] + np.arange(length)  # t + j  [N, L]
     inside = positions < n
     at = laws[np.minimum(positions, n - 1), np.arange(length)]  # [N, L, K, K]: depth j + 1 at t + j
     ratio = at.sum(-1)  # mu_m(y) / T(y)  [N, L, K]
-    kernel = np.divide(at, ratio[..., None], out=np.broadcast_to(np.eye(k), at.shape).copy(), where=ratio[..., None] > 0)
+    stay = np.broadcast_to(np.eye(k), at.shape).copy()  # a count the path cannot reach keeps its value
+    kernel = np.divide(at, ratio[..., None], out=stay, where=ratio[..., None] > 0)
     ratio[~inside], kernel[~inside] = 1.0, np.eye(k)  # past the path's end: never read
     survival = np.zeros((n, length + 1))
     for tail in itertools.combinations_with_replacement(range(k - 1, -1, -1), length - 1):  # s_1 >= ... >= s_{L-1}
