@@ -373,6 +373,16 @@ def test_bad_costs(make):
     lambda: tokens_per_call([1, 2], [1]),
     lambda: predicted_tokens_per_second(2.0, StepCosts((0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)), 1, 10),
     lambda: predicted_tokens_per_second(0.5, _synthetic_costs(), 1, 10),
+    lambda: kseq_path_survival(np.full((3, 2, 2), 0.6), 2),  # a row sums above 1
+    lambda: kseq_path_survival(np.zeros((3, 2, 3)), 2),  # not square
+    lambda: multidraft_bv_path_survival(np.full((3, 1, 2, 2), 0.2), 2),  # one depth, L = 2
+    lambda: multidraft_bv_path_survival(-np.ones((3, 2, 2)), 2),
+    lambda: kseq_position_law(np.full((2, 2), 0.5), np.full((2, 2), 0.5), np.array([0, 2]), 2),  # token 2 of 2
+    lambda: kseq_position_law(np.array([[1.0, 0.0]]), np.full((1, 2), 0.5), np.array([1]), 2),  # T(y) = 0
+    lambda: selection_position_law([0.5], [0.5], [1.5], [0.5], 2, first_if_none=True),  # taken_at > 1
+    lambda: selection_position_law([0.0], [0.5], [0.5], [0.5], 2, first_if_none=True),  # T(y) = 0
+    lambda: selection_position_law([0.5, 0.5], [0.5], [0.5], [0.5], 2, first_if_none=True),
+    lambda: selection_position_law([0.5], [0.5], [0.5], [0.5], 0, first_if_none=True),
 ])
 def test_bad_input(call):
     with pytest.raises(ValueError):

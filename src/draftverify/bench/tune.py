@@ -309,20 +309,25 @@ class Costs:
 
 def _time_verifier(method: str, k: int, length: int, target_rows: torch.Tensor, draft_rows: torch.Tensor,
                    settings: TuneSettings, generator: torch.Generator) -> float:
-    """Mean seconds of ``method``'s verifier on K drafts of L sampled from ``draft_rows``, fresh drafts
-    for each of ``max(5, repeats // 2)`` calls: a verifier's time can depend on its drafts (how far
-    they are accepted, which branch of its algorithm runs), and a step's expected cost is the mean
-    over them (one draft timed three times had priced multidraft-bv at L = 6 and 7 twice L = 5's)."""
+    """Mean seconds of ``method``'s verifier on K drafts of L, over ``max(5, repeats // 2)`` calls,
+    each on fresh drafts sampled from another window of L + 1 consecutive positions of the pass
+    (``target_rows``, ``draft_rows`` [W, V], windows spread evenly over them). A verifier's time can
+    depend on its drafts (how far they are accepted, which branch of its algorithm runs: for
+    multidraft-bv, how many levels the drafts agree on, each a selection over the vocabulary), and a
+    step's expected cost is the mean over the positions a decoding meets: one draft timed three
+    times had priced multidraft-bv at L = 6 and 7 twice L = 5's, and fresh drafts at one window
+    (the first tokens of one answer) still priced L = 4, 6 and 7 a quarter to a third too high."""
     spec = parse_method(method)
     verifier = get_verifier(spec.name, **{"validate": False, **spec.options})
-    rows = draft_rows[:length].expand(k, length, -1).contiguous()
-    targets = target_rows[: length + 1].expand(k, length + 1, -1).contiguous()
+    calls = max(5, settings.repeats // 2)
     times = []
-    for _ in range(max(5, settings.repeats // 2)):
+    for start in np.linspace(0, len(target_rows) - length - 1, calls).round().astype(int).tolist():
+        rows = draft_rows[start : start + length].expand(k, length, -1).contiguous()
+        targets = target_rows[start : start + length + 1].expand(k, length + 1, -1).contiguous()
         tokens = torch.stack([torch.multinomial(rows[j], 1, generator=generator)[:, 0] for j in range(k)])
-        start = time.perf_counter()
+        begin = time.perf_counter()
         verifier.verify_trusted(tokens, rows, targets, generator)
-        times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - begin)
     return statistics.fmean(times)
 
 
@@ -354,8 +359,9 @@ def _calibrate(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
 
 def measure_costs(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], settings: TuneSettings,
                   target_rows: torch.Tensor, draft_rows: torch.Tensor) -> Costs:
-    """Step 3 of the module doc. ``target_rows`` [L + 1, V], ``draft_rows`` [L, V]: distributions of
-    the pass, on which each verifier is timed with drafts sampled from them."""
+    """Step 3 of the module doc. ``target_rows``, ``draft_rows`` [W, V] (W > L_max): the laws at W
+    consecutive positions of an answer, on whose windows each verifier is timed with drafts sampled
+    from them (:func:`_time_verifier`)."""
     draft_seconds, target_seconds = {}, {}
     lengths = list(range(1, settings.max_draft_length + 1))
     for k in sorted({k for _, k in settings.settings()}):
@@ -472,11 +478,10 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
     """The whole run: paths, costs, predictions, recommendation; with ``verify`` > 0 the best
     ``verify`` settings, ``auto``, ``heuristic`` and ``ar`` measured (see the module doc)."""
     paths = record_paths(target, draft, prompts, settings)
-    sequence = prompts[0] + generate(target, None, prompts[0], "ar", max_new_tokens=settings.max_draft_length + 1,
-                                     ignore_eos=True, seed=settings.seed).tokens
-    count = settings.max_draft_length + 1
+    count = max(settings.max_new_tokens, settings.max_draft_length + 2)  # windows for the verifiers' timing
+    sequence = prompts[0] + generate(target, None, prompts[0], "ar", max_new_tokens=count, ignore_eos=True,
+                                     seed=settings.seed).tokens
     target_rows, draft_rows = (rows.float() for rows in _warped(target, draft, sequence, count, settings))
-    draft_rows = draft_rows[:-1]
     costs = measure_costs(target, draft, prompts, settings, target_rows, draft_rows)
     rows = predict(paths, costs, settings)
     # recommended: the best by an unbiased estimate; one of the approximations may predict more

@@ -77,8 +77,15 @@ def selection_position_law(target_at, draft_at, taken_at, taken_mass, num_candid
     J the first candidate taken. Summed over s: c p (c = (1 - (1 - gamma)^m) / gamma), plus
     (1 - gamma)^(m-1) (D(y) - p) when the first is selected: the laws of
     :func:`draftverify.verify.multidraft_bv.sequential_selection` and of K-SEQ's accepted token."""
-    t_y, d_y, p = (np.asarray(v, dtype=np.float64) for v in (target_at, draft_at, draft_at * np.asarray(taken_at)))
-    gamma, m = np.asarray(taken_mass, dtype=np.float64), int(num_candidates)
+    t_y, d_y = _validate.rate(target_at, "target_at"), _validate.rate(draft_at, "draft_at")
+    taken, gamma = _validate.rate(taken_at, "taken_at"), _validate.rate(taken_mass, "taken_mass")
+    m = int(_validate.count(num_candidates, "num_candidates", low=1))
+    if t_y.ndim != 1 or not t_y.shape == d_y.shape == taken.shape == gamma.shape:
+        raise ValueError(f"target_at, draft_at, taken_at, taken_mass: expected one value per row [R], got shapes "
+                         f"{t_y.shape}, {d_y.shape}, {taken.shape}, {gamma.shape}")
+    if np.any(t_y <= 0):
+        raise ValueError("target_at: each must be > 0 (the target's probability of a path token)")
+    p = d_y * taken
     rejected = np.stack([np.clip(1 - d_y - gamma + p, 0, None), d_y - p], 1)  # a candidate not taken: other, y
     anything = np.stack([1 - d_y, d_y], 1)  # a candidate after the one taken
     total = np.zeros((len(t_y), m))
