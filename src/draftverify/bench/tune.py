@@ -309,19 +309,18 @@ class Costs:
 
 def _time_verifier(method: str, k: int, length: int, target_rows: torch.Tensor, draft_rows: torch.Tensor,
                    settings: TuneSettings, generator: torch.Generator) -> float:
-    """Mean seconds of ``method``'s verifier on K drafts of L, over ``max(5, repeats // 2)`` calls,
-    each on fresh drafts sampled from another window of L + 1 consecutive positions of the pass
-    (``target_rows``, ``draft_rows`` [W, V], windows spread evenly over them). A verifier's time can
-    depend on its drafts (how far they are accepted, which branch of its algorithm runs: for
-    multidraft-bv, how many levels the drafts agree on, each a selection over the vocabulary), and a
-    step's expected cost is the mean over the positions a decoding meets: one draft timed three
-    times had priced multidraft-bv at L = 6 and 7 twice L = 5's, and fresh drafts at one window
-    (the first tokens of one answer) still priced L = 4, 6 and 7 a quarter to a third too high."""
+    """Mean seconds of ``method``'s verifier on K drafts of L over every window of L + 1 consecutive
+    positions of the pass (``target_rows``, ``draft_rows`` [W, V]), one call each on fresh drafts
+    sampled there. A verifier's time can depend on its drafts (how far they are accepted, which
+    branch of its algorithm runs: for multidraft-bv, how many levels the drafts agree on, each a
+    selection over the vocabulary), and a step's expected cost is the mean over the positions a
+    decoding meets: one draft timed three times had priced multidraft-bv at L = 6 and 7 twice L = 5's,
+    fresh drafts at one window (the first tokens of one answer) L = 4, 6 and 7 a quarter to a third
+    too high, and five windows L = 5 a third too low."""
     spec = parse_method(method)
     verifier = get_verifier(spec.name, **{"validate": False, **spec.options})
-    calls = max(5, settings.repeats // 2)
     times = []
-    for start in np.linspace(0, len(target_rows) - length - 1, calls).round().astype(int).tolist():
+    for start in range(len(target_rows) - length):
         rows = draft_rows[start : start + length].expand(k, length, -1).contiguous()
         targets = target_rows[start : start + length + 1].expand(k, length + 1, -1).contiguous()
         tokens = torch.stack([torch.multinomial(rows[j], 1, generator=generator)[:, 0] for j in range(k)])
