@@ -92,7 +92,7 @@ class TuneSettings:
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
-    repeats: int = 30  # timed calls per cost
+    repeats: int = 30  # timed calls per model-call cost (verifiers: once per window of an answer)
     seed: int = 0
 
     def __post_init__(self) -> None:

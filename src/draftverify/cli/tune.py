@@ -31,7 +31,7 @@ def tune(
                                                "exact solver only at small vocabularies).")] = list(METHODS),
     num_drafts: Annotated[list[int], typer.Option(min=2, metavar="K...", help="K of the multi-draft methods.")] = [2, 4],
     max_draft_length: Annotated[int, typer.Option(min=1, help="Predict L = 1..this.")] = 8,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed calls per cost.")] = 30,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed calls per model-call cost (a verifier is timed once at every window of an answer).")] = 30,
     verify: Annotated[bool, typer.Option("--verify", help="Decode the best settings, auto, heuristic and ar on "
                                          "the prompts and print measured beside predicted.")] = False,
     verify_top: Annotated[int, typer.Option(min=1, help="How many of the best settings --verify decodes.")] = 3,
