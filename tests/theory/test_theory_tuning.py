@@ -93,15 +93,26 @@ def _multidraft_block_law(method: str, num_drafts: int, target: list[np.ndarray]
     return enumerate_outcomes(call)
 
 
+def _enumerated(method: str, num_drafts: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], dict]:
+    """Random target and draft tables and the exact law of the block one ``method`` call commits."""
+    rng = np.random.default_rng(seed)
+    target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
+    law = _multidraft_block_law(method, num_drafts, target, draft)
+    assert sum(law.values()) == pytest.approx(1.0)
+    return target, draft, law
+
+
+def _path_probability(target: list[np.ndarray], block: tuple[int, ...]) -> float:
+    """T(w) of a block w under the target tables."""
+    return float(np.prod([target[i][block[:i]][block[i]] for i in range(len(block))]))
+
+
 @pytest.mark.parametrize("num_drafts, seed", [(2, 0), (2, 1), (2, 2), (3, 3)])
 def test_kseq_block_law_along_a_path_matches_enumeration(num_drafts, seed):
     """The same identity for K-SEQ over K drafts: P_block(w) = T(w) pi(|w|) with the survival of
     the live-draft chain (kseq_path_survival), for every block the verifier can commit; the
     plug-in's mean-field count of live drafts misses it."""
-    rng = np.random.default_rng(seed)
-    target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
-    law = _multidraft_block_law("kseq", num_drafts, target, draft)
-    assert sum(law.values()) == pytest.approx(1.0)
+    target, draft, law = _enumerated("kseq", num_drafts, seed)
     worst_plug_in = 0.0
     for block, prob in law.items():
         m = len(block)
@@ -112,7 +123,7 @@ def test_kseq_block_law_along_a_path_matches_enumeration(num_drafts, seed):
             laws[j, j] = kseq_position_law(t_row, d_row, np.array([block[j]]), num_drafts)[0]
             acceptance[j, j] = [kseq_acceptance(t_row, d_row, k)[0] for k in range(1, num_drafts + 1)]
             path_draft[j, j] = d_row[0, block[j]]
-        t = np.prod([target[i][block[:i]][block[i]] for i in range(m)])
+        t = _path_probability(target, block)
         for survival, exact in ((kseq_path_survival(laws, LENGTH)[0], True),
                                 (plug_in_survival(acceptance, LENGTH, path_draft)[0], False)):
             if exact:
@@ -127,10 +138,7 @@ def test_multidraft_bv_block_law_along_a_path_matches_enumeration(num_drafts, se
     """The identity for multidraft-bv: bv's survival with the selection's law as draft rows, averaged
     over the chain of live-draft counts (multidraft_bv_path_survival), for every block it commits;
     taking the count as K at every level misses it."""
-    rng = np.random.default_rng(seed)
-    target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
-    law = _multidraft_block_law("multidraft-bv", num_drafts, target, draft)
-    assert sum(law.values()) == pytest.approx(1.0)
+    target, draft, law = _enumerated("multidraft-bv", num_drafts, seed)
     worst_fixed_count = 0.0
     for block, prob in law.items():
         m = len(block)
@@ -142,7 +150,7 @@ def test_multidraft_bv_block_law_along_a_path_matches_enumeration(num_drafts, se
                 laws[j, j, count - 1, :count] = selection_position_law(
                     t_row[block[j]].numpy()[None], d_row[block[j]].numpy()[None], accept[block[j]][None],
                     (d_row.numpy() @ accept)[None], count, first_if_none=True)[0]
-        t = np.prod([target[i][block[:i]][block[i]] for i in range(m)])
+        t = _path_probability(target, block)
         share = _block_share(multidraft_bv_path_survival(laws, LENGTH)[0], m)
         assert prob == pytest.approx(t * share, abs=1e-12), block
         fixed = laws.copy()  # every level read with K candidates

@@ -41,10 +41,11 @@ depth-dependent draft's first-depth ratios as [N] predicts a wrong value (its la
 ``kseq`` and ``multidraft-bv`` with K drafts are exact too (:func:`kseq_path_survival`,
 :func:`multidraft_bv_path_survival`): their survival follows the law of how many drafts stay
 alive. Where no such closed form is written (``ot`` with K > 1 drafts, ``gbv`` whose state
-modifies the next call's target) :func:`plug_in_survival` gives an approximation: S_t(k) = prod_{j<k} a_{t+j}, where a_t is
-the method's acceptance of one position given the target's prefix. It is biased: the prefix a
-draft is tested on is an accepted draft prefix (law prod min(T, D) normalised), not a target
-prefix (law T); for ``sd`` the gap between the two estimates is that bias, and ``tune`` prints it.
+modifies the next call's target) :func:`plug_in_survival` gives an approximation: S_t(k) =
+prod_{j<k} a_{t+j}, where a_t is the method's acceptance of one position given the target's prefix.
+It is biased: the prefix a draft is tested on is an accepted draft prefix (law prod min(T, D)
+normalised), not a target prefix (law T); for ``sd`` the gap between the two estimates is that
+bias, and ``tune`` prints it.
 """
 
 from __future__ import annotations
@@ -88,12 +89,13 @@ def _depths(values, name: str, draft_length: int) -> np.ndarray:
     return array[:, :draft_length]
 
 
-def _windows(values: np.ndarray, fill: float) -> np.ndarray:
-    """values[t + j, j] for j = 0..L-1 ([N, L]) from per-depth ``values`` [N, L]: what a block
-    starting at t reads at its (j + 1)-th drafted position. Positions past the path's end hold
-    ``fill`` (never read by :func:`expected_calls`: a block reaching past N ends the decoding)."""
-    n, length = values.shape
-    padded = np.concatenate([values, np.full((length, length), fill)])  # [N + L, L]
+def _windows(values: np.ndarray, fill) -> np.ndarray:
+    """values[t + j, j] for j = 0..L-1 ([N, L, ...]) from per-depth ``values`` [N, L, ...]: what a
+    block starting at t reads at its (j + 1)-th drafted position. Positions past the path's end hold
+    ``fill`` (a number, or an array of the trailing shape; never read by :func:`expected_calls`: a
+    block reaching past N ends the decoding)."""
+    n, length = values.shape[:2]
+    padded = np.concatenate([values, np.broadcast_to(fill, (length, *values.shape[1:]))])  # [N + L, L, ...]
     return padded[np.arange(n)[:, None] + np.arange(length), np.arange(length)]
 
 
@@ -120,8 +122,10 @@ def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
     raise ValueError(f"method: no closed form along a path for {method!r}; known: {', '.join(PATH_METHODS)}")
 
 
-def _position_laws(position_laws, draft_length: int) -> tuple[np.ndarray, int]:
-    """Per-depth position laws [N, L', K, K] >= 0 (an [N, K, K] input: the same at every depth) and L."""
+def _position_laws(position_laws, draft_length: int, *, substochastic: bool = False) -> tuple[np.ndarray, int]:
+    """The position laws [N, L', K, K] >= 0 (an [N, K, K] input: the same at every depth; with
+    ``substochastic`` every row summing to at most 1) checked, as a block starting at t reads them
+    ([N, L, K, K], :func:`_windows`; identity past the path's end), and L."""
     laws = _validate.as_float_array(position_laws, "position_laws")
     length = int(_validate.count(draft_length, "draft_length", low=1))
     if laws.ndim == 3:
@@ -131,7 +135,9 @@ def _position_laws(position_laws, draft_length: int) -> tuple[np.ndarray, int]:
                          f"got shape {np.shape(position_laws)}")
     if np.any(laws < 0):
         raise ValueError("position_laws: expected entries >= 0")
-    return laws, length
+    if substochastic and np.any(laws.sum(-1) > 1 + 1e-9):
+        raise ValueError("position_laws: expected rows summing to at most 1")
+    return _windows(laws[:, :length], np.eye(laws.shape[2])), length
 
 
 def kseq_path_survival(position_laws, draft_length: int) -> np.ndarray:
@@ -147,18 +153,13 @@ def kseq_path_survival(position_laws, draft_length: int) -> np.ndarray:
     M_{t+j} 1 with M the position laws. The call's last token is then the correction (residual) or
     the bonus, as in the module doc; this replaces the plug-in's mean-field count of live drafts,
     1 + (K - 1) prod D, by its law."""
-    laws, length = _position_laws(position_laws, draft_length)
-    if np.any(laws.sum(-1) > 1 + 1e-9):
-        raise ValueError("position_laws: expected rows summing to at most 1")
-    n, _, k, _ = laws.shape
+    windows, length = _position_laws(position_laws, draft_length, substochastic=True)  # [N, L, K, K]
+    n, _, k, _ = windows.shape
     live = np.zeros((n, k))
     live[:, -1] = 1.0  # K drafts at a call's first position
     survival = [np.ones(n)]
     for j in range(length):
-        positions = np.arange(n) + j
-        step = laws[np.minimum(positions, n - 1), j]  # [N, K, K]
-        step[positions >= n] = np.eye(k)  # past the path's end: never read
-        live = np.einsum("nm,nms->ns", live, step)
+        live = np.einsum("nm,nms->ns", live, windows[:, j])
         survival.append(live.sum(1))
     return np.stack(survival, 1)
 
@@ -169,25 +170,23 @@ def multidraft_bv_path_survival(position_laws, draft_length: int) -> np.ndarray:
     path's tokens (:func:`draftverify.theory.selection_position_law` with the first candidate
     selected when none is taken; entry [t, (d - 1,) m - 1, s - 1] over T(y_t)).
 
-    ``multidraft-bv`` (:class:`draftverify.verify.multidraft_bv.MultiDraftBlockVerification`)
-    verifies the selected path with ``bv`` whose draft rows are the selection's law mu_m, m the
-    count of drafts sharing the path; its exactness argument augments each level with s = that count,
-    a Markov chain from s_0 = K with kernel P(s' | y, s) = law[s, s'] / mu_s(y). Given the path and
-    the chain, ``bv``'s survival is min_{i<=k} prod_{j<i} mu_{s_j}(y_{t+j}) / T(y_{t+j}) (the
-    module doc's, draft rows mu); the target's augmented law draws the chain by the same kernel,
-    so S_t(k) is its expectation over the chain: here every chain of counts, K >= s_1 >= ... >=
+    ``multidraft-bv`` (:class:`draftverify.verify.multidraft_bv.MultiDraftBlockVerification`, ours)
+    verifies the selected path with ``bv`` (Sun et al., ICLR 2025, Algorithm 2) whose draft rows
+    are the selection's law mu_m, m the count of drafts sharing the path; its exactness argument
+    augments each level with s = that count, a Markov chain from s_0 = K with kernel
+    P(s' | y, s) = law[s, s'] / mu_s(y). Given the path and the chain, ``bv``'s survival is
+    min_{i<=k} prod_{j<i} mu_{s_j}(y_{t+j}) / T(y_{t+j}) (the module doc's, draft rows mu); the
+    target's augmented law draws the chain by the same kernel, so S_t(k) is its expectation over
+    the chain: here every chain of counts, K >= s_1 >= ... >=
     s_{L-1} >= 1, is enumerated (C(L + K - 2, K - 1) of them)."""
-    laws, length = _position_laws(position_laws, draft_length)
-    n, _, k, _ = laws.shape
-    positions = np.arange(n)[:, None] + np.arange(length)  # t + j  [N, L]
-    inside = positions < n
-    at = laws[np.minimum(positions, n - 1), np.arange(length)]  # [N, L, K, K]: depth j + 1 at t + j
+    at, length = _position_laws(position_laws, draft_length)  # [N, L, K, K]: depth j + 1 at t + j
+    n, _, k, _ = at.shape
     ratio = at.sum(-1)  # mu_m(y) / T(y)  [N, L, K]
     stay = np.broadcast_to(np.eye(k), at.shape).copy()  # a count the path cannot reach keeps its value
     kernel = np.divide(at, ratio[..., None], out=stay, where=ratio[..., None] > 0)
-    ratio[~inside], kernel[~inside] = 1.0, np.eye(k)  # past the path's end: never read
     survival = np.zeros((n, length + 1))
-    for tail in itertools.combinations_with_replacement(range(k - 1, -1, -1), length - 1):  # s_1 >= ... >= s_{L-1}
+    chains = itertools.combinations_with_replacement(range(k - 1, -1, -1), length - 1)  # s_1 >= ... >= s_{L-1}
+    for tail in chains:
         counts = (k - 1, *tail)  # s_j - 1, j = 0..L-1
         weight, product, running = np.ones(n), np.ones(n), [np.ones(n)]
         for j, m in enumerate(counts):
