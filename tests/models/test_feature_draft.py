@@ -4,6 +4,7 @@ right positions, its cache holding only what it computed from them, and the engi
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -30,6 +31,47 @@ def test_the_draft_law_is_zero_outside_the_subset():
     outside[SUBSET] = False
     assert torch.all(probs[..., outside] == 0)
     assert torch.allclose(probs[..., SUBSET].sum(-1), torch.ones(1, 4))
+
+
+def test_the_logits_over_its_support_are_the_subsets_columns():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    assert torch.equal(draft.support, SUBSET)
+    logits = []
+    for on_support in (False, True):  # the same forward twice, from fresh caches
+        target_cache = target.new_cache(1)
+        target.forward(target_cache, torch.tensor([[1, 4, 6]]))
+        logits.append(draft.forward(draft.new_cache(1, target_cache), torch.tensor([[1, 4, 6, 9]]), None, 2,
+                                    on_support=on_support))
+    assert logits[1].shape == (1, 2, len(SUBSET)) and torch.equal(logits[0][..., SUBSET], logits[1])
+
+
+@pytest.mark.parametrize("vocab", [[2, 0, 3], [0, 2, 2], [], [0, VOCAB], [-1, 3]], ids=["unsorted", "repeated", "empty",
+                                                                                        "too-high", "negative"])
+def test_a_head_needs_distinct_sorted_token_ids(vocab):
+    target, _ = tiny_feature_pair(VOCAB, SUBSET)
+    with pytest.raises(ValueError, match="vocab"):
+        FeatureHead(target.model.config, torch.tensor(vocab, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("warping", [{}, {"temperature": 0.7, "top_k": 4}, {"top_p": 0.8}, {"temperature": 0.0}])
+def test_drafting_over_the_support_draws_what_the_whole_vocabulary_draws(warping):
+    # the decoder warps and samples over the support, then writes zeros elsewhere: the same laws
+    # and, the support being sorted, the same tokens from the same uniforms as over all V columns
+    drafted = []
+    for support in (SUBSET, None):
+        target, draft = tiny_feature_pair(VOCAB, SUBSET)
+        if support is None:  # the same draft without a support: -inf logits outside the subset, warped over V
+            draft.support = None
+            draft.forward = lambda *args, on_support, draft=draft: torch.full((*args[1].shape[:1], 1, VOCAB), -math.inf) \
+                .index_copy_(2, SUBSET, FeatureDraft.forward(draft, *args))
+        decoder = Decoder(target, draft, [[1, 4], [6, 0, 2]], DecodeConfig("sd", draft_length=4, seed=3, **warping))
+        decoder.step()  # the draft reads the target's features from the second step on
+        drafted.append(decoder.draft_block(*decoder.pending(decoder.draft_cache), 4))
+    (tokens, probs), (full_tokens, full_probs) = drafted
+    assert torch.equal(tokens, full_tokens) and torch.allclose(probs, full_probs, atol=1e-6)
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[SUBSET] = False
+    assert torch.all(probs[..., outside] == 0) and bool(torch.isin(tokens, SUBSET).all())
 
 
 def test_the_draft_reads_the_targets_features_of_the_previous_position():

@@ -63,8 +63,9 @@ class ModelCostSettings:
 
 
 def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> Callable[[], None]:
-    def call() -> None:  # one token on each of the cache's rows
-        model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1)
+    def call() -> None:  # one token on each of the cache's rows (logits over its support, as the engine drafts)
+        model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1,
+                      on_support=True)
         model.crop(cache, model.lengths(cache) - 1)
 
     return call
@@ -73,7 +74,8 @@ def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> 
 def _draft_phase(model: LanguageModel, cache: Any, generator: torch.Generator, length: int) -> Callable[[], None]:
     def call() -> None:  # L one-token forwards on each row, then one crop back (the engine's draft phase)
         for _ in range(length):
-            model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1)
+            model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1,
+                          on_support=True)
         model.crop(cache, model.lengths(cache) - length)
 
     return call

@@ -167,15 +167,19 @@ class Decoder:
         """The draft loop: feed ``chunk`` [N, m], then each drafted token; per position yield the
         warped draft law [N, V], the sampled tokens [N] and (with ``tap``) the last hidden state
         [N, H]. A token is fed only when the caller asks for the next position."""
+        support = self.draft.support  # [N'] or None: warp and sample over the draft's support only
         while True:
             if tap is None:
-                logits, hidden = self.draft.forward(self.draft_cache, chunk, valid, 1)[:, 0], None  # [N, V]
+                logits, hidden = self.draft.forward(self.draft_cache, chunk, valid, 1, on_support=True)[:, 0], None
             else:
                 with tap:
-                    logits = self.draft.forward(self.draft_cache, chunk, valid, 1)[:, 0]
+                    logits = self.draft.forward(self.draft_cache, chunk, valid, 1, on_support=True)[:, 0]
                 hidden = tap.last[:, -1]
-            probs = self.warp(logits)
+            probs = self.warp(logits)  # [N, V] or [N, N']
             tokens = sample(probs, self.generator)
+            if support is not None:  # the same law over the vocabulary: zero outside the support
+                tokens = support[tokens]
+                probs = probs.new_zeros((len(tokens), self.draft.vocab_size)).index_copy_(1, support, probs)
             yield probs, tokens, hidden
             chunk, valid = tokens[:, None], None
 

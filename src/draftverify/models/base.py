@@ -121,6 +121,11 @@ class LanguageModel(ABC):
     eos_token_id: int | None = None
     max_length: int | None = None  # positions the model can take (its context), None = no limit
     initial_capacity = 64  # slot-table columns allocated by new_cache
+    support: torch.Tensor | None = None
+    """The token ids, sorted and distinct, outside which the model's law is zero (its logits -inf),
+    or None for the whole vocabulary. A model with a support computes logits over it only
+    (:meth:`_forward`); a decoding warps and samples over those columns (``forward(...,
+    on_support=True)``), a law over fewer columns at less cost per drafted token."""
     depth_dependent: bool = False
     """Whether, as a draft, its law at a position depends on the depth within the drafted block and
     not only on the prefix (a feature draft reads its own features after the first position)."""
@@ -139,9 +144,13 @@ class LanguageModel(ABC):
         tokens: torch.Tensor,  # [B, S] int64
         valid: torch.Tensor | None = None,  # [B, S] bool, False = padding; None = all valid
         num_logits: int = 1,
+        *,
+        on_support: bool = False,
     ) -> torch.Tensor:
         """Append ``tokens`` to every row; return logits ``[B, num_logits, V]`` predicting the token
-        after each of the last ``num_logits`` positions. Those positions must be valid."""
+        after each of the last ``num_logits`` positions. Those positions must be valid.
+        ``on_support``: for a model with a :attr:`support` of N tokens, the logits over it,
+        ``[B, num_logits, N]`` (column i is token ``support[i]``), instead of -inf outside it."""
         if tokens.dim() != 2 or tokens.shape[0] != cache.batch_size or tokens.shape[1] < 1:
             raise ValueError(f"tokens: expected shape [B={cache.batch_size}, S >= 1], got {tuple(tokens.shape)}")
         rows, size = tokens.shape
@@ -160,7 +169,10 @@ class LanguageModel(ABC):
             steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)  # [B, S] or [S]
             positions = (held + steps - 1).clamp(min=0)  # [B, S]; padding takes its neighbour's
         cache.append(tokens, valid, counts)
-        return self._forward(cache, tokens, positions, cache.holes, num_logits)
+        logits = self._forward(cache, tokens, positions, cache.holes, num_logits)
+        if self.support is None or on_support:
+            return logits
+        return logits.new_full((rows, num_logits, self.vocab_size), float("-inf")).index_copy_(2, self.support, logits)
     def score_drafts(
         self,
         cache: Cache,
@@ -260,7 +272,8 @@ class LanguageModel(ABC):
     def _forward(
         self, cache: Cache, tokens: torch.Tensor, positions: torch.Tensor, holes: bool, num_logits: int
     ) -> torch.Tensor:
-        """Logits [B, num_logits, V]; the slot table already includes ``tokens`` [B, S];
+        """Logits [B, num_logits, V] (over the :attr:`support` where the model has one); the slot
+        table already includes ``tokens`` [B, S];
         ``positions`` [B, S] count valid slots; ``holes`` says whether any slot is invalid."""
 
     def _reindex(self, cache: Cache, rows: torch.Tensor) -> None:

@@ -12,8 +12,8 @@ tokens drafted in this step), ``f_{-1} = 0``. The output layer ``W`` covers a fi
 vocabulary, the tokens most frequent in the target's own answers (FR-Spec, Zhao et al. 2025,
 section 3.2): a draft step then streams a fraction of the target's output layer. The draft's law is
 the softmax over that subset and exactly zero outside it (:meth:`FeatureDraft.forward` returns
-``-inf`` logits there), which is the law the drafted tokens are sampled from, so every exact
-verifier stays exact.
+``-inf`` logits there; the subset is the model's ``support``, over which a decoding warps and
+samples), which is the law the drafted tokens are sampled from, so every exact verifier stays exact.
 
 The target keeps its features in its KV cache, slot by slot
 (:meth:`~.hf.TransformersModel.keep_features`); the draft's cache holds a reference to the target's
@@ -61,6 +61,10 @@ class FeatureHead(nn.Module):
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
+        vocab = torch.as_tensor(vocab, dtype=torch.int64)
+        if vocab.dim() != 1 or len(vocab) == 0 or not bool((vocab[1:] > vocab[:-1]).all()) \
+                or int(vocab[0]) < 0 or int(vocab[-1]) >= target_config.vocab_size:
+            raise ValueError(f"vocab: expected distinct token ids in [0, {target_config.vocab_size}), sorted ascending")
         super().__init__()
         config = LlamaConfig(**{**target_config.to_dict(), "num_hidden_layers": 1})
         config._attn_implementation = "sdpa"  # causal without a mask when training
@@ -71,7 +75,7 @@ class FeatureHead(nn.Module):
         self.rotary = LlamaRotaryEmbedding(config)
         self.norm = LlamaRMSNorm(width, eps=config.rms_norm_eps)
         self.head = nn.Linear(width, len(vocab), bias=False)
-        self.register_buffer("vocab", torch.as_tensor(vocab, dtype=torch.int64))  # [N] token ids
+        self.register_buffer("vocab", vocab)  # [N] token ids
 
     def forward(self, embedded: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Teacher-forced features f^ [B, S, E] from token embeddings [B, S, E] and the features of
@@ -147,7 +151,7 @@ class FeatureDraft(LanguageModel):
         layers = (layer_weights(head.layer, quantize, kernel),)
         self.layer = _Layer(layers, head.rotary, config.num_attention_heads, config.num_key_value_heads,
                             config.head_dim, compiled_layers(layers, config.head_dim))
-        self.vocab = head.vocab
+        self.support = head.vocab
         self.norm_weight, self.norm_eps = head.norm.weight.detach(), head.norm.variance_epsilon
         self.norm_shape = (config.hidden_size,)
 
@@ -244,9 +248,7 @@ class FeatureDraft(LanguageModel):
             if backend.exact[b] == new:
                 backend.exact[b] = new + fresh[b]
         backend.last_position = positions[:, -1].tolist()
-        logits = torch.full((rows * num_logits, self.vocab_size), float("-inf"))
-        logits[:, self.vocab] = subset  # zero draft probability outside the subset
-        return logits.view(rows, num_logits, -1)
+        return subset.view(rows, num_logits, -1)  # over the support: zero draft probability outside it
 
     def get_output_embeddings(self) -> nn.Linear:
         """The output layer over the subset (what :class:`~.hidden.HiddenStateTap` hooks: with a hook on
