@@ -115,6 +115,41 @@ def test_selection_laws_are_the_laws_of_the_selections(seed):
     assert np.minimum(law, target).sum() == pytest.approx(optimal_acceptance(target, draft, m), abs=1e-9)
 
 
+def _dense_selection(target: np.ndarray, draft: np.ndarray, m: int) -> np.ndarray:
+    """sequential_selection's accept by its docstring's grid refinement, each grid point's
+    sum_x D(x) accept(x) summed over the whole vocabulary (no sorting, no running sums)."""
+    over = np.divide(target, draft, out=np.zeros_like(draft), where=draft > 0)
+
+    def accept_at(gamma: float) -> np.ndarray:
+        miss = 1.0 - gamma
+        b, slope = miss ** (m - 1), sum(miss**j for j in range(m - 1))
+        return np.where(draft > 0, np.clip((over - b) / slope, 0.0, 1.0), 0.0)
+
+    low, high = 0.0, 1.0
+    for _ in range(5):
+        grid = np.linspace(low, high, 33)
+        index = max(i for i, gamma in enumerate(grid) if draft @ accept_at(gamma) >= gamma)
+        low, high = grid[index], grid[min(index + 1, 32)]
+    return accept_at(low)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sequential_selection_solves_its_rule_over_a_large_vocabulary(seed):
+    # its root search against the same search summed over every token: the same rule, and the
+    # returned law is D (b + (c - b) accept) at the gamma that rule has
+    rng = np.random.default_rng(seed)
+    vocab, m = 2000, 2 + seed % 3
+    target = rng.dirichlet(np.full(vocab, 0.05))
+    draft = rng.dirichlet(np.full(vocab, 0.05)) * (rng.random(vocab) < (0.2 if seed % 2 else 1.0))
+    draft /= draft.sum()
+    accept, law = sequential_selection(torch.tensor(target), torch.tensor(draft), m)
+    np.testing.assert_allclose(accept.numpy(), _dense_selection(target, draft, m), rtol=0, atol=1e-12)
+    miss = 1.0 - draft @ accept.numpy()
+    b, slope = miss ** (m - 1), sum(miss**j for j in range(m - 1))
+    np.testing.assert_allclose(law.numpy(), draft * (b + slope * accept.numpy()), rtol=0, atol=1e-15)
+    assert law.sum().item() == pytest.approx(1.0, abs=1e-12)
+
+
 def test_sequential_selection_reaches_alpha_star_here_and_falls_short_there():
     # here a fixed priority order would give 0.877; the fallback to the first candidate reaches alpha*
     target, draft = np.array([0.5, 0.45, 0.05]), np.array([0.34, 0.33, 0.33])
