@@ -1,6 +1,6 @@
 #!/bin/sh
-# The reproductions of issue 6 on the embedded pair (shape, not absolute numbers: our models are
-# tiny and the machine has 2 CPU cores; run one sweep at a time). Each command writes docs/results/<name>/report.md,
+# The reproductions of issue 6 on the embedded pair (shape, not absolute numbers: 4 prompts of 48 tokens
+# on a 2-core machine; run one sweep at a time). Each command writes docs/results/<name>/report.md,
 # summary.json and results.jsonl, and its plots under docs/img/<name>_*.png. Rerunning resumes from
 # the cache folder (delete it to measure again). EXTRA is appended to every command (later flags
 # win, e.g. EXTRA="--num-prompts 1 --max-new-tokens 8" for a smoke run); OUT and IMG move the outputs.
