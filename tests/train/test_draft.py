@@ -85,7 +85,7 @@ def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, t
     assert features.shape[:2] == tokens.shape
     target = TransformersModel.from_pretrained(target_folder)
     draft = load_draft(tmp_path / "out", target)
-    assert isinstance(draft, FeatureDraft) and len(draft.vocab) == 12
+    assert isinstance(draft, FeatureDraft) and len(draft.support) == 12
 
 
 def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_path, monkeypatch):
