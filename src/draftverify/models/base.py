@@ -173,6 +173,7 @@ class LanguageModel(ABC):
         if self.support is None or on_support:
             return logits
         return logits.new_full((rows, num_logits, self.vocab_size), float("-inf")).index_copy_(2, self.support, logits)
+
     def score_drafts(
         self,
         cache: Cache,

@@ -55,8 +55,9 @@ def sequential_selection(target: torch.Tensor, draft: torch.Tensor, num_candidat
         return torch.zeros(d.shape, dtype=torch.float64), torch.from_numpy(d.copy())
     drafted = d > 0
     over = np.divide(t, d, out=np.zeros_like(d), where=drafted)  # T/D on the draft's support
-    order = np.argsort(over[drafted])
-    ratios = over[drafted][order]  # [n] ascending
+    ratios = over[drafted]  # [n]
+    order = np.argsort(ratios)
+    ratios = ratios[order]  # ascending
     mass = np.concatenate([[0.0], np.cumsum(d[drafted][order])])  # [n + 1]: D of the i smallest ratios
     kept = np.concatenate([[0.0], np.cumsum(t[drafted][order])])  # [n + 1]: T of the same
 
