@@ -5,6 +5,7 @@ import io
 import json
 
 import pytest
+import torch
 
 from draftverify.bench.decode import build_outputs
 from draftverify.bench.probes import first_token_deviation
@@ -12,7 +13,7 @@ from draftverify.bench.prompts import MIXED, load_prompts
 from draftverify.bench.summary import summarize
 from draftverify.bench.sweep import RunConfig, Sweep, read_method, run_sweep
 from draftverify.testing import random_pair
-from tests.factories import toy_models
+from tests.factories import tiny_feature_pair, toy_models
 from tests.verify.broken_twins import AcceptAll
 
 PROMPTS = [[1], [2, 3]]
@@ -151,3 +152,12 @@ def test_cli_tiny_run_writes_every_output(tmp_path, capsys):
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
     assert "sd@draft K=1 L=2 T=1" in printed and (out / "report.md").exists()
     assert main(argv[:-2] + ["--methods", "nope", "--out", str(out)]) == 2  # bad input: one line, exit 2
+
+
+def test_a_method_exact_only_for_a_prefix_draft_is_refused_with_a_feature_draft(tmp_path):
+    target, draft = tiny_feature_pair(4, torch.arange(4))
+    sweep = Sweep(methods=("ar", "bv", "gbv"), num_drafts=(1,), draft_lengths=(2,), temperatures=(1.0,), seeds=(0,))
+    with pytest.raises(ValueError, match="methods: gbv@draft"):
+        run_sweep(sweep, target, {"draft": draft}, PROMPTS, max_new_tokens=TOKENS, ignore_eos=True,
+                  cache_dir=tmp_path / "cache", context={"test": 1})
+    assert not (tmp_path / "cache").exists()

@@ -12,6 +12,7 @@ import torch
 
 from draftverify.bench.tune import (
     KSEQ_LAW,
+    METHODS,
     SELECTION_LAW,
     TuneSettings,
     check_pair,
@@ -237,3 +238,14 @@ def test_bad_input(models):
                 dict(temperature=-1.0), dict(methods=("nope",))):
         with pytest.raises(ValueError):
             dataclasses.replace(TuneSettings(), **bad)
+
+
+def test_gbv_is_left_out_for_a_draft_whose_law_depends_on_its_depth(models):
+    _, toy_draft = models
+    _, feature = tiny_feature_pair(6, torch.arange(6))
+    assert TuneSettings().for_draft(toy_draft).methods == METHODS
+    assert TuneSettings().for_draft(feature).methods == tuple(m for m in METHODS if m != "gbv")
+    with pytest.raises(ValueError, match="methods: gbv"):
+        TuneSettings(methods=("bv", "gbv")).for_draft(feature)
+    with pytest.raises(ValueError, match="for_draft"):
+        TuneSettings().settings()

@@ -54,3 +54,11 @@ def test_settings_given_twice_alike_are_fine(capsys):
 def test_a_nan_p_value_is_null_in_json(capsys):
     assert main(["check", "sd", "--vocab", "20", "--tokens", "4", "--samples", "50", "--json", "-"]) == 3
     assert json.loads(capsys.readouterr().out)["p_value"] is None
+
+
+def test_gbv_fails_with_a_depth_dependent_draft_where_bv_passes(capsys):
+    # gbv's target modification assumes a draft whose law depends on the prefix alone (tests/verify/test_exactness.py)
+    common = ["--depth-dependent-draft", "--tokens", "3", "--samples", "3000", "--draft-length", "3"]
+    assert main(["check", "gbv", *common]) == EXIT_CODES["failed"]
+    assert main(["check", "bv", *common]) == EXIT_CODES["passed"]
+    assert main(["check", "gbv", *common[1:]]) == EXIT_CODES["passed"]

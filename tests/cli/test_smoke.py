@@ -34,7 +34,7 @@ FAST = [
     (["--quiet", "list"], 0),
     (["demo", "--skip-models", "--samples", "3", "--draft-length", "1"], 0),
     (["check", "sd", "--num-drafts", "1", "--draft-length", "1", "--samples", "5", "--tokens", "1", "--vocab", "3",
-      "--order", "1", "--seed", "1", "--detect-tv", "0.5", "--json", "{tmp}/check.json"], INCONCLUSIVE),
+      "--order", "1", "--seed", "1", "--detect-tv", "0.5", "--depth-dependent-draft", "--json", "{tmp}/check.json"], INCONCLUSIVE),
     (["check", "submaximal", "--fraction", "0.5", "--option", "validate=true", "--samples", "5", "--json", "-"],
      INCONCLUSIVE),
     (["generate", "def f(x):", "--method", "bv", "--num-drafts", "1", "--draft-length", "2", "--option",

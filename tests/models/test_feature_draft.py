@@ -171,3 +171,13 @@ def test_the_engine_with_a_feature_draft_samples_the_targets_law(method):
     counts = np.bincount([int(np.dot(r.tokens, weights)) for r in results], minlength=vocab**num_tokens)
     p_value = goodness_of_fit(counts, _target_law(target, [1], num_tokens, vocab))[0]
     assert (p_value > 1e-3) if method == "sd" else (p_value < 1e-3)
+
+
+@pytest.mark.parametrize("method,num_drafts", [("gbv", 1), ("spectr-gbv", 2)])
+def test_the_engine_refuses_a_verifier_exact_only_for_a_prefix_draft(method, num_drafts):
+    """gbv's target modification assumes a draft whose law depends on the prefix alone; a feature
+    draft's depends on its depth within a step (tests/verify/test_exactness.py: TV 0.095)."""
+    target, draft = tiny_feature_pair(3, torch.tensor([0, 2]), seed=4)
+    assert draft.depth_dependent
+    with pytest.raises(ValueError, match=f"method '{method}'.*depth within a step"):
+        generate_batch(target, draft, [[1]], method, num_drafts=num_drafts, draft_length=2, max_new_tokens=3)

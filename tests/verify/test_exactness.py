@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from draftverify import get_verifier
+from draftverify.verify import verifiers
 from draftverify.testing import check_exactness, exact_sequence_law, random_pair
 
 from .broken_twins import BVStoppingAtFirstRejection, GBVWithoutModification, ResampleFromTarget
@@ -59,3 +60,38 @@ def test_gbv_modification_stack_across_three_calls():
 def test_enumeration_exposes_broken_twins(twin, draft_length):
     law = exact_sequence_law(twin, PAIR, draft_length=draft_length, num_tokens=3)
     assert np.abs(law - TARGET_LAW).sum() > 1e-3
+
+
+# A draft whose law depends on its depth within a call (a feature draft, EAGLE-style): the first
+# drafted position of a call has one table, the later ones another
+DEPTH_PAIR = random_pair(vocab_size=3, order=2, seed=5, depth_dependent=True)
+DEPTH_CASES = [("sd", {}, 1), ("bv", {}, 1), ("submaximal", {"fraction": 0.5}, 1), ("kseq", {}, 2),
+               ("multidraft-bv", {}, 2), ("ot", {"solver": "maxflow-cs"}, 2)]
+
+
+def test_the_depth_cases_cover_every_exact_verifier_that_may_take_such_a_draft():
+    # greedy keeps the target's argmax (temperature 0): it has no law to enumerate here
+    stateless = {info.name for info in verifiers() if not info.prefix_draft_only and info.name != "greedy"
+                 and (info.exact or info.name == "ot")}
+    assert stateless == {name for name, _, _ in DEPTH_CASES}
+
+
+@pytest.mark.parametrize("name,options,num_drafts", DEPTH_CASES)
+def test_verifiers_without_state_stay_exact_with_a_depth_dependent_draft(name, options, num_drafts):
+    law = exact_sequence_law(get_verifier(name, **options), DEPTH_PAIR, num_drafts=num_drafts, draft_length=2,
+                             num_tokens=3)
+    np.testing.assert_allclose(law, DEPTH_PAIR.target.law(3), atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("draft_length", [2, 3])
+def test_gbv_is_not_exact_with_a_depth_dependent_draft(draft_length):
+    """Why gbv is ``prefix_draft_only`` and the engine refuses it with a feature draft: its target
+    modification reads the next call's draft rows as the modifying call's. With the first table at
+    every depth it is exact again."""
+    verifier = get_verifier("gbv")
+    assert verifier.prefix_draft_only
+    law = exact_sequence_law(verifier, DEPTH_PAIR, draft_length=draft_length, num_tokens=3)
+    assert 0.5 * np.abs(law - DEPTH_PAIR.target.law(3)).sum() > 0.05
+    same = random_pair(vocab_size=3, order=2, seed=5)  # the first draft table at every depth
+    law = exact_sequence_law(verifier, same, draft_length=draft_length, num_tokens=3)
+    np.testing.assert_allclose(law, same.target.law(3), atol=1e-9, rtol=0)

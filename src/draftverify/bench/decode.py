@@ -50,7 +50,7 @@ class DecodeSettings:
     prompts: str = "mixed"
     field: str = "text"
     num_prompts: int = 3
-    methods: tuple[str, ...] = ("ar", "sd", "bv", "gbv", "kseq")
+    methods: tuple[str, ...] = ("ar", "sd", "bv", "kseq")  # gbv: not with the default pair's feature draft
     num_drafts: tuple[int, ...] = (1, 3)
     draft_lengths: tuple[int, ...] = (2, 4, 6)
     temperatures: tuple[float, ...] = (0.0, 1.0)

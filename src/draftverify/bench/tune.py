@@ -36,7 +36,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,8 @@ __all__ = ["METHODS", "Costs", "PathRecord", "TuneSettings", "check_pair", "dept
            "record_along", "record_paths", "tune"]
 
 METHODS = ("sd", "bv", "gbv", "kseq", "multidraft-bv")
-"""The exact methods ``tune`` compares by default. ``ot`` with an exact solver
+"""The exact methods ``tune`` compares by default (less ``gbv`` for a draft whose law depends on its
+depth within a step: :meth:`TuneSettings.for_draft`). ``ot`` with an exact solver
 (``"ot(solver=maxflow-cs)"``) may be added at small vocabularies: at the embedded pair's 8192
 tokens its network exceeds the solvers' limit (49.7M arcs > 20M at K = 2)."""
 
@@ -85,7 +86,7 @@ _LOGITS_BUDGET = 2**26  # target logits held at once while recording paths per d
 class TuneSettings:
     """What ``tune`` predicts over and how it measures."""
 
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] | None = None  # None: METHODS that the draft runs exactly (for_draft)
     num_drafts: tuple[int, ...] = (2, 4)  # K of the multi-draft methods
     max_draft_length: int = 8  # L = 1..max_draft_length
     max_new_tokens: int = 128  # N, tokens sampled per prompt
@@ -96,9 +97,9 @@ class TuneSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.methods:
+        if self.methods is not None and not self.methods:
             raise ValueError("methods: give at least one")
-        for method in self.methods:
+        for method in self.methods or ():
             spec = parse_method(method)
             verifier = get_verifier(spec.name, **spec.options)  # unknown names and options raise here
             if not (verifier.exact or (spec.name == "ot" and verifier.solver != "gr")):  # ot is exact but with gr
@@ -109,8 +110,26 @@ class TuneSettings:
             raise ValueError(f"num_drafts: the multi-draft methods' K must be >= 2, got {self.num_drafts}")
         warp(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)  # bad warping raises here
 
+    def for_draft(self, draft: LanguageModel) -> TuneSettings:
+        """These settings with ``methods`` resolved for ``draft``. A verifier exact only for a draft
+        whose law is a function of the prefix (``gbv``: ``Verifier.prefix_draft_only``) cannot run
+        with a draft whose law depends on its depth within a step (``draft.depth_dependent``): None
+        gives :data:`METHODS` without it, naming it is a ValueError."""
+
+        def refused(method: str) -> bool:
+            return draft.depth_dependent and get_verifier(parse_method(method).name).prefix_draft_only
+
+        if self.methods is None:
+            return replace(self, methods=tuple(m for m in METHODS if not refused(m)))
+        if bad := [m for m in self.methods if refused(m)]:
+            raise ValueError(f"methods: {', '.join(bad)} is exact only with a draft whose law depends on the prefix "
+                             "alone; this draft's law depends on its depth within a step (a feature draft)")
+        return self
+
     def settings(self) -> list[tuple[str, int]]:
         """(method, K) pairs: one draft for sd, bv, gbv; each K for the others."""
+        if self.methods is None:
+            raise ValueError("methods: None is resolved for a draft by for_draft(draft) first")
         return [(m, 1) if parse_method(m).name in _SINGLE else (m, k)
                 for m in self.methods for k in ((1,) if parse_method(m).name in _SINGLE else self.num_drafts)]
 
@@ -227,6 +246,7 @@ def record_along(target: LanguageModel, draft: LanguageModel, prompts: list[list
     """A :class:`PathRecord` of each continuation in ``paths`` (one length) after its prompt: one
     teacher-forced pass per prompt, or, for a depth-dependent draft, the prompts together per depth
     (:func:`depth_laws`), each step start's rows reduced at once (no [N, L, V] is kept)."""
+    settings = settings.for_draft(draft)
     names, max_k = {_estimator_input(m) for m in settings.methods}, max(settings.num_drafts)
     if not draft.depth_dependent:
         return [PathRecord(*_reduce(*(rows.numpy() for rows in _warped(target, draft, prompt + path, len(path), settings)),
@@ -252,6 +272,7 @@ def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list
                  settings: TuneSettings) -> list[PathRecord]:
     """Step 1 of the module doc: the paths sampled together, then recorded (:func:`record_along`) in
     groups of prompts whose target logits take at most ``_LOGITS_BUDGET`` floats."""
+    settings = settings.for_draft(draft)
     check_pair(target, draft, prompts, settings.max_new_tokens)
     runs = generate_batch(target, None, prompts, "ar", max_new_tokens=settings.max_new_tokens, seed=settings.seed,
                           temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, ignore_eos=True)
@@ -361,6 +382,7 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompts: list[lis
     """Step 3 of the module doc. ``target_rows``, ``draft_rows`` [W, V] (W > L_max): the laws at W
     consecutive positions of an answer, on whose windows each verifier is timed with drafts sampled
     from them (:func:`_time_verifier`)."""
+    settings = settings.for_draft(draft)
     draft_seconds, target_seconds = {}, {}
     lengths = list(range(1, settings.max_draft_length + 1))
     for k in sorted({k for _, k in settings.settings()}):
@@ -476,6 +498,7 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
          *, verify: int = 0) -> dict[str, Any]:
     """The whole run: paths, costs, predictions, recommendation; with ``verify`` > 0 the best
     ``verify`` settings, ``auto``, ``heuristic`` and ``ar`` measured (see the module doc)."""
+    settings = settings.for_draft(draft)
     paths = record_paths(target, draft, prompts, settings)
     count = max(settings.max_new_tokens, settings.max_draft_length + 2)  # windows for the verifiers' timing
     sequence = prompts[0] + generate(target, None, prompts[0], "ar", max_new_tokens=count, ignore_eos=True,
@@ -488,7 +511,7 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
     best = next((r for r in rows if r["estimator"] == UNBIASED), rows[0])
     ahead = rows[0] if rows[0] is not best else None
     report: dict[str, Any] = dict(
-        settings=dict(prompts=len(prompts), max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+        settings=dict(prompts=len(prompts), methods=list(settings.methods), max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                       top_k=settings.top_k, top_p=settings.top_p, max_draft_length=settings.max_draft_length,
                       num_drafts=list(settings.num_drafts), repeats=settings.repeats, threads=torch.get_num_threads()),
         costs_ms=dict(draft={k: [1e3 * s for s in v] for k, v in costs.draft.items()},

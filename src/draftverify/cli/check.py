@@ -37,6 +37,9 @@ def check(
     tokens: Annotated[int, typer.Option(min=1, help="N, the length of the law tested.")] = 4,
     vocab: Annotated[int, typer.Option(min=2, help="Vocabulary of the Markov pair.")] = 4,
     order: Annotated[int, typer.Option(min=1, help="Markov order of the pair.")] = 2,
+    depth_dependent_draft: Annotated[bool, typer.Option(
+        "--depth-dependent-draft", help="Draft from one table at a call's first position and another after it, as a "
+        "feature (EAGLE) draft does: a verifier that carries the draft's law across calls (gbv) fails here.")] = False,
     seed: Seed = 0,
     option: OptionItems = [],
     fraction: Annotated[float | None, typer.Option(
@@ -74,7 +77,7 @@ def check(
     verifier = get_verifier(method.name, **method.options)
     if isinstance(policy, AutoDraftLength):  # no timings here: fixed relative costs
         length = dataclasses.replace(policy, draft_cost=0.2, target_costs=(1.0,) * policy.max_length)
-    pair = random_pair(vocab_size=vocab, order=order, seed=seed)
+    pair = random_pair(vocab_size=vocab, order=order, seed=seed, depth_dependent=depth_dependent_draft)
     with progress_bar(ctx) as progress:
         task = progress.add_task(f"sequences through {name}", total=samples)
         report = check_exactness(

@@ -27,8 +27,10 @@ def tune(
     top_k: Annotated[int | None, typer.Option(min=1, help="Keep the k most likely tokens.", show_default="all")] = None,
     top_p: Annotated[float | None, typer.Option(max=1.0, callback=above(0.0), help="Keep the smallest set of "
                                                 "tokens of mass >= p.", show_default="1")] = None,
-    methods: Annotated[list[str], typer.Option(metavar="METHOD...", help="Exact verifiers to compare (ot with an "
-                                               "exact solver only at small vocabularies).")] = list(METHODS),
+    methods: Annotated[list[str] | None, typer.Option(metavar="METHOD...", help="Exact verifiers to compare (ot with an "
+                                                      "exact solver only at small vocabularies; gbv needs a draft whose law "
+                                                      "depends on the prefix alone).",
+                                                      show_default=" ".join(METHODS))] = None,
     num_drafts: Annotated[list[int], typer.Option(min=2, metavar="K...", help="K of the multi-draft methods.")] = [2, 4],
     max_draft_length: Annotated[int, typer.Option(min=1, help="Predict L = 1..this.")] = 8,
     repeats: Annotated[int, typer.Option(min=1, help="Timed calls per model-call cost (a verifier is timed once at every window of an answer).")] = 30,
@@ -54,7 +56,7 @@ def tune(
     from ..models.pair import load_pair
 
     settings = bench.TuneSettings(
-        methods=tuple(methods), num_drafts=tuple(num_drafts), max_draft_length=max_draft_length,
+        methods=tuple(methods) if methods else None, num_drafts=tuple(num_drafts), max_draft_length=max_draft_length,
         max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, repeats=repeats, seed=seed,
     )  # bad settings fail before loading
     texts = load_prompts(prompts, field=field, limit=num_prompts)

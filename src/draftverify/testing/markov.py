@@ -78,18 +78,39 @@ class MarkovModel:
 
 @dataclass(frozen=True, eq=False)
 class KnownLawPair:
-    """A target and a draft over the same vocabulary, both with enumerable laws."""
+    """A target and a draft over the same vocabulary, both with enumerable laws.
+
+    With ``deeper_draft`` the draft's law depends on its depth within a call, as a feature draft's
+    (EAGLE: the first drafted token reads the target's state, the later ones the draft's own):
+    ``draft`` gives the first drafted position of a call, ``deeper_draft`` every later one. A
+    verifier whose state carries the draft's law from one call to the next (``gbv``'s target
+    modification) is exact only when the draft's law is a function of the prefix.
+    """
 
     target: MarkovModel
     draft: MarkovModel
+    deeper_draft: MarkovModel | None = None
 
     def __post_init__(self) -> None:
-        if self.target.vocab_size != self.draft.vocab_size:
+        drafts = [self.draft] + ([self.deeper_draft] if self.deeper_draft is not None else [])
+        if any(d.vocab_size != self.target.vocab_size for d in drafts):
             raise ValueError("target and draft must share the vocabulary")
 
     @property
     def vocab_size(self) -> int:
         return self.target.vocab_size
+
+    @property
+    def depth_dependent(self) -> bool:
+        return self.deeper_draft is not None
+
+    def draft_conditionals(self, prefix, continuation) -> np.ndarray:
+        """The draft's laws [n + 1, V] at a call starting after ``prefix`` that drafted
+        ``continuation`` (n tokens): row i after prefix + continuation[:i], at depth i + 1."""
+        rows = self.draft.conditionals(prefix, continuation)
+        if self.deeper_draft is not None:
+            rows[1:] = self.deeper_draft.conditionals(prefix, continuation)[1:]
+        return rows
 
 
 def random_pair(
@@ -99,13 +120,15 @@ def random_pair(
     concentration: float = 0.7,
     draft_noise: float = 0.6,
     zero_share: float = 0.15,
+    depth_dependent: bool = False,
 ) -> KnownLawPair:
     """A seeded random target/draft pair of Markov chains.
 
     Target rows are Dirichlet(``concentration``) with a share ``zero_share`` of entries set to zero
     (at least one token kept), so residuals and zero probabilities are exercised; draft rows mix the
     target with an independent Dirichlet draw: (1 - ``draft_noise``) T + ``draft_noise`` N, so the
-    acceptance rate is moderate and a wrong verifier is visibly biased.
+    acceptance rate is moderate and a wrong verifier is visibly biased. ``depth_dependent`` adds a
+    second draft table, drawn the same way, for the drafted positions after a call's first.
     """
     if vocab_size < 2 or order < 1:
         raise ValueError("need vocab_size >= 2 and order >= 1")
@@ -118,8 +141,13 @@ def random_pair(
     zeros[np.arange(contexts), target.argmax(-1)] = False
     target = np.where(zeros, 0.0, target)
     target /= target.sum(-1, keepdims=True)
-    noise = rng.dirichlet(np.full(vocab_size, concentration), size=contexts)
-    draft = (1 - draft_noise) * target + draft_noise * noise
-    draft /= draft.sum(-1, keepdims=True)
+
+    def draft_table() -> np.ndarray:
+        noise = rng.dirichlet(np.full(vocab_size, concentration), size=contexts)
+        draft = (1 - draft_noise) * target + draft_noise * noise
+        return draft / draft.sum(-1, keepdims=True)
+
+    draft = draft_table()
     start = tuple(int(t) for t in rng.integers(0, vocab_size, size=order))
-    return KnownLawPair(MarkovModel(target, order, start), MarkovModel(draft, order, start))
+    deeper = MarkovModel(draft_table(), order, start) if depth_dependent else None
+    return KnownLawPair(MarkovModel(target, order, start), MarkovModel(draft, order, start), deeper)

@@ -64,6 +64,7 @@ class VerifierInfo:
     multi_draft: bool
     options: tuple[str, ...]
     batched: bool = False  # has a batched kernel (Verifier.verify_batch)
+    prefix_draft_only: bool = False  # exact only with a draft whose law depends on the prefix alone
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +100,10 @@ class Verifier(ABC):
     multi_draft: ClassVar[bool] = False
     strategy: ClassVar[str] = "parallel"
     deterministic: ClassVar[bool] = False  # draws nothing: a batched call takes no uniforms, draft_probs may be None
+    # its state makes the next call read the draft's law at a prefix as this call's draft would have
+    # had it (gbv's target modification): exact only for a draft whose law is a function of the
+    # prefix, not of the depth within a call (a feature draft's is); the engine refuses the pair
+    prefix_draft_only: ClassVar[bool] = False
     validate: bool = True
 
     def verify(
@@ -338,6 +343,7 @@ def verifiers() -> list[VerifierInfo]:
             description=cls.description,
             exact=cls.exact,
             multi_draft=cls.multi_draft,
+            prefix_draft_only=cls.prefix_draft_only,
             options=tuple(f.name for f in dataclasses.fields(cls) if f.init),
             batched=cls.kernel is not Verifier.kernel,
         )

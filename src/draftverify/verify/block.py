@@ -191,11 +191,19 @@ class GreedyBlockVerification(Verifier):
     seed: a modification can outlive the next call (the next call may commit fewer tokens than it
     covers), so pending modifications form a stack; each is applied over the target as modified by
     the older ones, with joints of that target. Pass ``state`` back on every call.
+
+    The modification norm((nu T(. | w) - D(. | w))_+) takes D(. | w) from the next call's draft rows
+    as the law the modifying call's draft had at w: the seeds' drafts are autoregressive models whose
+    law is a function of the prefix. A draft whose law depends on its depth within a call (a feature
+    draft: EAGLE, Li et al. 2024) breaks that, and ``gbv`` is then not exact (TV 0.095 from the
+    target's law of three tokens on an enumerated pair, tests/verify/test_exactness.py):
+    ``prefix_draft_only``, and the engine refuses such a pair.
     """
 
     name = "gbv"
     description = "greedy block verification: max per-call E[tau]; exact only with the target modification in state"
     exact = True
+    prefix_draft_only = True
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
         x, draft = draft_tokens[0], draft_probs[0]  # [L], [L, V]

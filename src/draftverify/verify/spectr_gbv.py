@@ -91,13 +91,15 @@ class SpecTrGBV(Verifier):
     T = (0.9, 0.1) the first token is a with probability 151/162, and E[tau] = 307/405 against the
     0.822 of Theorem 5.3. The claimed optimum (Lemma 5.1) is optimal only among "conditionally independent
     couplings": at L = 1 it lies below alpha* (Hu et al. 2025) and can lie below K-SEQ. At K = 1 it
-    is ``gbv`` with its modification, and exact.
+    is ``gbv`` with its modification, and exact, for a draft whose law is a function of the prefix
+    (``prefix_draft_only``, as ``gbv``).
     """
 
     name = "spectr-gbv"
     description = "SpecTr-GBV as published (seed 004, Algorithms 1-3, modification in state); NOT exact for K >= 2"
     exact = False
     multi_draft = True
+    prefix_draft_only = True
 
     def _verify(self, draft_tokens, draft_probs, target_probs, generator, state: Any) -> VerifyResult:
         tokens = draft_tokens

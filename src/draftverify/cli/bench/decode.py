@@ -20,7 +20,8 @@ def decode(
     field: Annotated[str, typer.Option(help="JSONL field holding the prompt.")] = "text",
     num_prompts: Annotated[int, typer.Option(min=1, help="The first N prompts of the set.")] = 3,
     methods: Annotated[list[str], typer.Option(metavar="METHOD...", help="ar and verifiers, options in "
-                                               "parentheses, e.g. ot(solver=gr,tol=1e-4).")] = ["ar", "sd", "bv", "gbv", "kseq"],
+                                               "parentheses, e.g. ot(solver=gr,tol=1e-4); gbv needs a draft whose law "
+                                               "depends on the prefix alone (--tiny).")] = ["ar", "sd", "bv", "kseq"],
     num_drafts: Annotated[list[int], typer.Option(min=1, metavar="K...", help="Values of K (single-draft methods "
                                                   "use K = 1).")] = [1, 3],
     draft_lengths: Annotated[list[int], typer.Option(min=1, metavar="L...", help="Values of L.")] = [2, 4, 6],
