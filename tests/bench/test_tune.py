@@ -69,6 +69,23 @@ def test_predicted_calls_match_the_engine(models, method, length):
     assert abs(other.mean() - measured.mean()) > 4 * error
 
 
+def test_submaximal_calls_match_the_engine_and_tune_predicts_them(models):
+    """submaximal's survival (1 - fraction) min(1, rho) against the engine's call counts; the sd
+    formula (fraction 0) is off; tune's rows for it read its fraction."""
+    target, draft = models
+    settings = TuneSettings(methods=("submaximal(fraction=0.4)",), max_new_tokens=NUM_TOKENS, seed=1)
+    paths = record_paths(target, draft, [[1]] * 1000, settings)
+    predicted = np.array([expected_calls(path_survival(p.ratios, 2, "submaximal", fraction=0.4)) for p in paths])
+    runs = generate_batch(target, draft, [[1]] * 1000, "submaximal(fraction=0.4)", draft_length=2,
+                          max_new_tokens=NUM_TOKENS, ignore_eos=True, seed=2)
+    measured = np.array([r.target_calls for r in runs], dtype=float)
+    error = np.sqrt(predicted.var() / predicted.size + measured.var() / measured.size)
+    assert abs(predicted.mean() - measured.mean()) < 4 * error
+    as_sd = np.array([expected_calls(path_survival(p.ratios, 2, "sd")) for p in paths])
+    assert abs(as_sd.mean() - measured.mean()) > 4 * error
+    assert settings.settings() == [("submaximal(fraction=0.4)", 1)]
+
+
 @pytest.mark.parametrize("method,drafts,length", [("kseq", 2, 2), ("kseq", 3, 3), ("multidraft-bv", 2, 2),
                                                    ("multidraft-bv", 3, 3)])
 def test_multidraft_calls_match_the_engine(models, method, drafts, length):

@@ -31,9 +31,9 @@ from tests.factories import random_tables, registered_verifier
 VOCAB, LENGTH = 3, 2
 
 
-def _block_law(method: str, target: list[np.ndarray], draft: list[np.ndarray]) -> dict[tuple[int, ...], float]:
+def _block_law(method: str, target: list[np.ndarray], draft: list[np.ndarray], **options) -> dict[tuple[int, ...], float]:
     """Exact law of the block one call commits: drafts drawn from the tables, then the verifier."""
-    verifier = registered_verifier(method)
+    verifier = registered_verifier(method, **options)
 
     def call(source):
         tokens = []
@@ -53,14 +53,15 @@ def _block_share(survival: np.ndarray, m: int) -> float:
     return survival[m - 1] - survival[m] if m <= LENGTH else survival[LENGTH]
 
 
-@pytest.mark.parametrize("method", ["sd", "bv"])
+@pytest.mark.parametrize("method,options", [("sd", {}), ("bv", {}), ("submaximal", {"fraction": 0.3}),
+                                            ("submaximal", {"fraction": 1.0})])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_block_law_along_a_path_matches_enumeration(method, seed):
+def test_block_law_along_a_path_matches_enumeration(method, options, seed):
     """P_block(w) = T(w) pi(|w|), pi(m) = S(m - 1) - S(m) (m <= L), S(L) for m = L + 1: the
     identity the estimator rests on, for every block the verifier can commit."""
     rng = np.random.default_rng(seed)
     target, draft = random_tables(rng, VOCAB, LENGTH + 1, 0.7), random_tables(rng, VOCAB, LENGTH, 0.7)
-    law = _block_law(method, target, draft)
+    law = _block_law(method, target, draft, **options)
     assert sum(law.values()) == pytest.approx(1.0)
     for block, prob in law.items():
         m = len(block)
@@ -68,7 +69,7 @@ def test_block_law_along_a_path_matches_enumeration(method, seed):
         d = [draft[i][block[:i]][block[i]] for i in range(min(m, LENGTH))]
         ratios = np.ones(LENGTH)
         ratios[: len(d)] = np.array(d) / np.array(t[: len(d)])
-        survival = path_survival(ratios, LENGTH, method)[0]
+        survival = path_survival(ratios, LENGTH, method, **options)[0]
         assert prob == pytest.approx(np.prod(t) * _block_share(survival, m), abs=1e-12), block
 
 
@@ -296,6 +297,8 @@ def test_survival_orders_and_edge_cases():
     assert expected_calls(path_survival(np.ones(10), 4, "sd")) == 2.0  # blocks of 5: two calls
     assert expected_calls(path_survival(np.zeros(10), 4, "sd")) == 10.0
     assert plug_in_survival(np.full(5, 0.5), 2)[0].tolist() == [1, 0.5, 0.25]
+    assert np.array_equal(path_survival(ratios, 3, "submaximal", fraction=0.0), sd)
+    assert path_survival(ratios, 3, "submaximal", fraction=0.5)[0].tolist() == pytest.approx([1, 0.25, 0.125, 0.05625])
 
 
 def test_multidraft_plug_in_counts_the_drafts_left():
@@ -370,6 +373,9 @@ def test_bad_costs(make):
     lambda: path_survival([0.5, -1.0], 2, "sd"),
     lambda: path_survival([0.5], 0, "sd"),
     lambda: path_survival([0.5], 2, "kseq"),
+    lambda: path_survival([0.5], 2, "submaximal"),  # no fraction
+    lambda: path_survival([0.5], 2, "sd", fraction=0.5),  # a fraction for sd
+    lambda: path_survival([0.5], 2, "submaximal", fraction=1.5),
     lambda: plug_in_survival([1.5], 2),
     lambda: plug_in_survival([[0.5, 0.6]], 2),
     lambda: path_survival([[0.5], [0.7]], 2, "sd"),  # one depth given, L = 2

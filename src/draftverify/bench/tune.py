@@ -9,8 +9,8 @@ recommend one, and (``verify``) measure the best few beside the prediction.
    law depends on the depth within a step (a feature draft: ``LanguageModel.depth_dependent``) is
    recorded at every depth d = 1..L_max as the engine's draft phase has it (:func:`depth_laws`),
    and the predictions read the depth of each position within its step.
-2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd``, ``bv``, ``kseq`` and
-   ``multidraft-bv`` unbiased from the paths (the block boundaries given a path are a Markov chain;
+2. Tokens per target call (:mod:`draftverify.theory.tuning`): ``sd``, ``bv``, ``submaximal``, ``kseq``
+   and ``multidraft-bv`` unbiased from the paths (the block boundaries given a path are a Markov chain;
    for the multi-draft ones with the law of how many drafts stay alive); ``gbv`` by a renewal
    approximation of its per-call E[tau]; ``ot`` (and ``multidraft-bv(selection=ot)``) by the plug-in
    product of one-position acceptance along target prefixes (biased: an accepted draft prefix does
@@ -71,11 +71,12 @@ __all__ = ["METHODS", "Costs", "PathRecord", "TuneSettings", "check_pair", "dept
 
 METHODS = ("sd", "bv", "gbv", "kseq", "multidraft-bv")
 """The exact methods ``tune`` compares by default (less ``gbv`` for a draft whose law depends on its
-depth within a step: :meth:`TuneSettings.for_draft`). ``ot`` with an exact solver
+depth within a step: :meth:`TuneSettings.for_draft`). ``submaximal`` is exact and predicted too when
+named, never by default: it accepts (1 - fraction) of what ``sd`` accepts at the same cost. ``ot`` with an exact solver
 (``"ot(solver=maxflow-cs)"``) may be added at small vocabularies: at the embedded pair's 8192
 tokens its network exceeds the solvers' limit (49.7M arcs > 20M at K = 2)."""
 
-_SINGLE = ("sd", "bv", "gbv")  # methods of one draft
+_SINGLE = ("sd", "bv", "gbv", "submaximal")  # methods of one draft
 UNBIASED = "path (unbiased)"
 KSEQ_LAW = "kseq-law"  # PathRecord.acceptance key of K-SEQ's position law (theory.kseq_position_law), flattened
 SELECTION_LAW = "selection-law"  # and of multidraft-bv's sequential selection (theory.selection_position_law)
@@ -127,7 +128,7 @@ class TuneSettings:
         return self
 
     def settings(self) -> list[tuple[str, int]]:
-        """(method, K) pairs: one draft for sd, bv, gbv; each K for the others."""
+        """(method, K) pairs: one draft for sd, bv, gbv, submaximal; each K for the others."""
         if self.methods is None:
             raise ValueError("methods: None is resolved for a draft by for_draft(draft) first")
         return [(m, 1) if parse_method(m).name in _SINGLE else (m, k)
@@ -417,8 +418,9 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
         name = parse_method(method).name
         step_costs = costs.step_costs(method, k)
         for length in range(1, settings.max_draft_length + 1):
-            if name in ("sd", "bv"):
-                calls = [expected_calls(path_survival(p.ratios, length, name)) for p in paths]
+            if name in ("sd", "bv", "submaximal"):
+                fraction = get_verifier(name, **parse_method(method).options).fraction if name == "submaximal" else None
+                calls = [expected_calls(path_survival(p.ratios, length, name, fraction=fraction)) for p in paths]
                 estimator = UNBIASED
             elif name == "gbv":
                 calls = [len(p.ratios) / (1 + gbv_expected_accepted(p.ratios, length).mean()) for p in paths]

@@ -18,7 +18,11 @@ S_t(m - 1) - S_t(m) for m <= L and pi_t(L + 1) = S_t(L):
   commits accepted x^A and a correction of law (T - D)_+ (or the bonus from T when A = L);
 - ``bv`` (Sun et al., ICLR 2025, Algorithm 2): S_t(k) = min_{i<=k} prod_{j<i} rho_{t+j}; from
   P(tau >= i | x^i) = p_i and the correction norm((p_i T - D)_+), the block ends with w_{i+1} after
-  tau = i with probability D(w^i) (p_i T(w_{i+1}) - D(w_{i+1}))_+ (tested against enumeration).
+  tau = i with probability D(w^i) (p_i T(w_{i+1}) - D(w_{i+1}))_+ (tested against enumeration);
+- ``submaximal`` with fraction lambda (seed 000, Proposition 3.2): S_t(k) = prod_{j<k} (1 - lambda)
+  min(1, rho_{t+j}), since it accepts a drafted x with probability (1 - lambda) min(1, T(x) / D(x))
+  (so P(draft y, accept) / T(y) = (1 - lambda) min(1, rho)) and its correction gives back the rest
+  of T; lambda = 0 is ``sd``.
 
 Drafts whose law depends on the depth within a block. A feature draft (EAGLE) reads the target's
 hidden state at the first drafted position of a step and its own from the second on, so its law at
@@ -73,7 +77,7 @@ __all__ = [
     "PATH_METHODS",
 ]
 
-PATH_METHODS = ("sd", "bv")
+PATH_METHODS = ("sd", "bv", "submaximal")
 """The methods whose block law along a path :func:`path_survival` writes in closed form."""
 
 
@@ -107,15 +111,20 @@ def _ratios(ratios, draft_length: int) -> np.ndarray:
     return rho
 
 
-def path_survival(ratios, draft_length: int, method: str) -> np.ndarray:
-    """S_t(k) for k = 0..L ([N, L + 1], S_t(0) = 1) of ``sd`` or ``bv`` along one target path (see
-    the module doc): ``ratios`` [N] or per depth [N, L'] = D(y_t) / T(y_t) >= 0 at the tokens the
-    target drew."""
+def path_survival(ratios, draft_length: int, method: str, *, fraction: float | None = None) -> np.ndarray:
+    """S_t(k) for k = 0..L ([N, L + 1], S_t(0) = 1) of ``sd``, ``bv`` or ``submaximal`` (its
+    ``fraction`` lambda in [0, 1], given for it alone) along one target path (see the module doc):
+    ``ratios`` [N] or per depth [N, L'] = D(y_t) / T(y_t) >= 0 at the tokens the target drew."""
     length = int(_validate.count(draft_length, "draft_length", low=1))
+    if (fraction is not None) != (method == "submaximal"):
+        raise ValueError(f"fraction: submaximal takes it and only submaximal, got {fraction!r} for {method!r}")
+    if fraction is not None and not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction: expected a value in [0, 1], got {fraction!r}")
     windows = _windows(_ratios(ratios, length), 1.0)  # [N, L]
     ones = np.ones((len(windows), 1))
-    if method == "sd":
-        return np.concatenate([ones, np.cumprod(np.minimum(windows, 1.0), axis=1)], axis=1)
+    if method in ("sd", "submaximal"):
+        kept = 1.0 - (fraction or 0.0)  # the share of the overlap a position accepts
+        return np.concatenate([ones, np.cumprod(kept * np.minimum(windows, 1.0), axis=1)], axis=1)
     if method == "bv":
         products = np.concatenate([ones, np.cumprod(windows, axis=1)], axis=1)  # prod_{j<i} rho, i = 0..L
         return np.minimum.accumulate(products, axis=1)
