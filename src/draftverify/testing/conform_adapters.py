@@ -185,6 +185,7 @@ class Adapter:
     name: str
     randomness: str
     ragged: bool = False
+    carries_state: bool = False  # passes a verifier's state from one call to the next (law_verifier)
 
     def __init__(self, time_limit: float):
         self.time_limit = time_limit
@@ -273,8 +274,10 @@ class Contract(Adapter):
     """Any object with the per-row ``verify(draft_tokens [1, L], draft_probs [1, L, V], target_probs
     [1, L + 1, V], generator, state)`` of :mod:`draftverify.verify.base`, called once per row."""
 
+    carries_state = True
     randomness = ("torch.rand and torch.rand_like replaced by the script during each call "
                   "(draftverify's verifiers draw through them); seeded runs pass a torch.Generator")
+
     def __init__(self, verifier: Any, time_limit: float, name: str = "contract"):
         super().__init__(time_limit)
         self.verifier, self.name = verifier, name

@@ -9,7 +9,10 @@ probability at least D(drafts) 2^-m per scripted uniform, and an exact verifier 
 The probes judge what holds for *every* exact verifier, whatever its algorithm (sd, block
 verification, sub-maximal couplings): the committed tokens are well formed (accepted drafts, then
 one token), each has positive target probability where it is committed, invalid rows are refused,
-batched rows do not see each other, and seeds act. The law check judges the rest, with its power.
+batched rows do not see each other, and seeds act. The law check judges the rest, with its power;
+for an implementation that carries a state from call to call, the depth-law check judges it again
+with a draft whose law depends on its depth within a call (``gbv``'s target modification is exact
+only for a draft whose law depends on the prefix alone: docs/corrections.md).
 """
 
 from __future__ import annotations
@@ -294,12 +297,27 @@ def _firsts(outputs: list[list[int]]) -> str:
 def _law(adapter: Adapter, context: ProbeSettings) -> CheckResult:
     proves = ("the law of the first 4 tokens decoded through it (L = 2 drafts per call) from a known-law Markov pair "
               "(V = 4, order 2) equals the target's, enumerated exactly (chi-square, pass at p > 1e-3)")
-    pair = random_pair(vocab_size=4, order=2, seed=context.seed)
+    return _law_of(adapter, context, "law", proves, depth_dependent=False)
+
+
+def _depth_law(adapter: Adapter, context: ProbeSettings) -> CheckResult:
+    proves = ("as law, with a draft whose law depends on its depth within a call (one table at a call's first drafted "
+              "position, another after it, as an EAGLE draft's): a state carried from call to call (gbv's target "
+              "modification) must not assume a draft whose law depends on the prefix alone")
+    if not adapter.carries_state:
+        return CheckResult("depth-law", NOT_APPLICABLE, proves, "-",
+                           f"{adapter.name} carries no state from one call to the next, so each call's law given its "
+                           "draft's does not depend on how the draft's law came about: the law check covers it")
+    return _law_of(adapter, context, "depth-law", proves, depth_dependent=True)
+
+
+def _law_of(adapter: Adapter, context: ProbeSettings, name: str, proves: str, *, depth_dependent: bool) -> CheckResult:
+    pair = random_pair(vocab_size=4, order=2, seed=context.seed, depth_dependent=depth_dependent)
     try:
         report = check_exactness(adapter.law_verifier(context.seed), pair, draft_length=2, num_tokens=4,
                                  samples=context.samples, seed=context.seed, detect_tv=LAW_DETECT_TV)
     except Misbehaved as error:
-        return CheckResult("law", FAIL, proves, f"{context.samples} samples", f"while decoding it {error}")
+        return CheckResult(name, FAIL, proves, f"{context.samples} samples", f"while decoding it {error}")
     if report.dof < 1 and report.p_value == 0:
         power = f"{report.samples} samples; an outcome of target probability 0 fails at any power"
         detail = f"decoded a sequence of target probability 0; empirical TV {report.tv:.4f}"
@@ -308,11 +326,12 @@ def _law(adapter: Adapter, context: ProbeSettings) -> CheckResult:
         power = f"{report.samples} samples: detects a deviation of TV >= {smallest:.3f} with probability 0.9 (dof {report.dof})"
         detail = f"p = {report.p_value:.3g} (chi2 {report.chi2:.1f}, dof {report.dof}); empirical TV {report.tv:.4f}"
     status = {PASSED: PASS, FAILED: FAIL, INCONCLUSIVE_LAW: INCONCLUSIVE}[report.status]
-    return CheckResult("law", status, proves, power, detail if status != INCONCLUSIVE else f"{detail}; {report.reason}")
+    return CheckResult(name, status, proves, power, detail if status != INCONCLUSIVE else f"{detail}; {report.reason}")
 
 
 PROBES: dict[str, Callable[[Adapter, ProbeSettings], CheckResult]] = {
     "law": _law,
+    "depth-law": _depth_law,
     "uniform-zero": _uniform_zero,
     "zero-target-draft": _zero_target_draft,
     "uniform-top": _uniform_top,
