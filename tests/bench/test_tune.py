@@ -238,6 +238,9 @@ def test_a_whole_run_on_known_law_models(models):
     assert check["auto_vs_best_fixed"] == measured[-3]["tokens_per_second"] / max(m["tokens_per_second"] for m in same)
     assert check["auto_vs_best_fixed_any_method"] <= check["auto_vs_best_fixed"]
     assert all(m["tokens_per_call"] >= 1 for m in measured) and "error" in measured[0]
+    # the costs timed again after the decodings: the same tokens per call, a prediction of its own
+    assert all(("error_after" in m) == ("error" in m) for m in measured) and report["costs_after_ms"]["ar_step"] > 0
+    assert measured[-1]["predicted_after_tokens_per_second"] != measured[-1]["predicted_tokens_per_second"]
 
 
 def test_bad_input(models):

@@ -28,7 +28,9 @@ is named beside it (``--verify`` measures both).
 
 4. ``verify``: the best settings, the recommended method with ``draft_length="auto"`` and
    ``"heuristic"``, and ``ar`` decoded on the same prompts (as ``bench speed`` runs them, EOS
-   ignored), measured beside the prediction.
+   ignored), measured beside the prediction. Step 3 then runs again and the prediction from those
+   costs stands beside the first (``error_after``): on a shared machine the clock can move over the
+   decodings' minutes, and the two errors bracket that drift.
 """
 
 from __future__ import annotations
@@ -535,11 +537,19 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
         specs = [(_spec(r), r["draft_length"]) for r in chosen]
         specs += [(_spec(best), "auto"), (_spec(best), "heuristic"), ("ar", None)]
         measured = measure(target, draft, prompts, specs, settings)
+        # the costs timed again after the decodings: how far the machine's clock moved meanwhile
+        after = measure_costs(target, draft, prompts, settings, target_rows, draft_rows)
+        rows_after = {(_spec(r), r["draft_length"]): r for r in predict(paths, after, settings)}
         for m, r in zip(measured, chosen + [None, None, rows[-1]]):
             if r is not None:
                 m["predicted_tokens_per_second"] = r["tokens_per_second"]
                 m["predicted_tokens_per_call"] = r["tokens_per_call"]
                 m["error"] = r["tokens_per_second"] / m["tokens_per_second"] - 1
+                again = rows_after[_spec(r), r["draft_length"]]["tokens_per_second"]
+                m["predicted_after_tokens_per_second"] = again
+                m["error_after"] = again / m["tokens_per_second"] - 1
+        report["costs_after_ms"] = dict(ar_step=1e3 * after.ar_step, ar_prefill=1e3 * after.ar_prefill,
+                                        target={k: [1e3 * s for s in v] for k, v in after.target.items()})
         same = [m["tokens_per_second"] for m, r in zip(measured, chosen) if _spec(r) == _spec(best)]
         any_method = max(m["tokens_per_second"] for m in measured[: len(chosen)])
         auto, heuristic = measured[len(chosen)], measured[len(chosen) + 1]

@@ -98,8 +98,11 @@ def _print_tables(report: dict[str, Any]) -> None:
         print(table_of(checked["rows"], [
             ("spec", "method", "s"), ("draft_length", "L", "s"),
             ("predicted_tokens_per_second", "predicted tokens/s", ".1f"), ("tokens_per_second", "measured tokens/s", ".1f"),
-            ("error", "error", "+.1%"), ("predicted_tokens_per_call", "predicted tokens/call", ".3f"),
+            ("error", "error", "+.1%"), ("error_after", "error, costs after", "+.1%"),
+            ("predicted_tokens_per_call", "predicted tokens/call", ".3f"),
             ("tokens_per_call", "measured tokens/call", ".3f"), ("measured_standard_error", "+-", ".3f")], markdown=False))
-        print(f"\nauto: {checked['auto_vs_best_fixed']:.3f}x the best fixed L of the same method, "
+        before, after = report["costs_ms"]["ar_step"], report["costs_after_ms"]["ar_step"]
+        print(f"\nar's step timed before the decodings {before:.2f} ms, after them {after:.2f} ms ({after / before - 1:+.1%})")
+        print(f"auto: {checked['auto_vs_best_fixed']:.3f}x the best fixed L of the same method, "
               f"{checked['auto_vs_best_fixed_any_method']:.3f}x the best fixed setting of any method, "
               f"{checked['auto_vs_heuristic']:.3f}x transformers' heuristic schedule")
