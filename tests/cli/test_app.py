@@ -61,9 +61,11 @@ def test_top_level_help_lists_every_command_with_its_whole_summary(capsys):
 def test_list_shows_options_with_defaults_and_validate_once(capsys):
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = {line.split()[0]: line for line in lines[2:] if line.strip() and not line.startswith("Every")}
+    rows = {line.split()[0]: line for line in lines[2:] if line.strip() and not line.startswith(("Every", "*"))}
     assert "solver=gr, tol=0.0001" in rows["ot"] and "fraction=0.5" in rows["submaximal"]
     assert "E[tau]" in rows["gbv"]  # not eaten as markup
+    assert rows["gbv"].split()[1] == "yes*" and rows["bv"].split()[1] == "yes"  # gbv: a prefix-only draft
+    assert sum(line.startswith("* exact only with a draft whose law depends on the prefix alone") for line in lines) == 1
     assert not any("validate" in row for row in rows.values())
     assert sum("validate=true|false (default true)" in line for line in lines) == 1
 

@@ -24,7 +24,8 @@ def list_verifiers() -> int:
     for column in ("name", "exact", "drafts", "options (default)", "description"):
         table.add_column(column, overflow="fold")
     for info in verifiers():
-        cells = (info.name, "yes" if info.exact else "no", "K>=1" if info.multi_draft else "K=1",
+        exact = ("yes*" if info.prefix_draft_only else "yes") if info.exact else "no"
+        cells = (info.name, exact, "K>=1" if info.multi_draft else "K=1",
                  _options(info.name), info.description)
         table.add_row(*(Text(cell) for cell in cells))  # Text: E[tau] is not markup
     console = Console()
@@ -33,6 +34,9 @@ def list_verifiers() -> int:
     with console.capture() as table_text:
         console.print(table)
     print("\n".join(line.rstrip() for line in table_text.get().splitlines()))  # no padding at line ends
+    console.print("* exact only with a draft whose law depends on the prefix alone, not with one whose law depends on "
+                  "its depth within a step (a feature draft, the default pair's): the engine refuses that pair.",
+                  highlight=False)
     console.print(f"Every verifier also takes {VALIDATE}=true|false (default true): false skips the checks of "
                   "its inputs' values, for callers whose inputs are valid by construction.", highlight=False)
     return 0
