@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 import torch
 
-from ..engine import AR, stream
+from ..engine import AR, PREFIX_DRAFT_ONLY, refuses_draft, stream
 from ..models.base import LanguageModel
 from ..verify import MethodSpec, get_verifier, parse_method, verifiers
 from ..verify.token import GreedyMatch
@@ -224,12 +224,10 @@ def run_sweep(sweep: Sweep, target: LanguageModel, drafts: dict[str, LanguageMod
     missing = sorted({c.draft for c in configs if c.draft is not None} - set(drafts))
     if missing:
         raise ValueError(f"no draft model named {', '.join(missing)} (have {', '.join(drafts) or 'none'})")
-    prefix_only = {info.name for info in verifiers() if info.prefix_draft_only}
-    refused = sorted({f"{c.method}@{c.draft}" for c in configs
-                      if c.method in prefix_only and c.draft is not None and drafts[c.draft].depth_dependent})
+    refused = sorted({f"{c.method}@{c.draft}" for c in configs if c.method != AR and c.draft is not None
+                      and refuses_draft(get_verifier(c.method, **dict(c.options)), drafts[c.draft])})
     if refused:  # the engine would refuse each of them; say so before the first run
-        raise ValueError(f"methods: {', '.join(refused)}: exact only with a draft whose law depends on the prefix alone; "
-                         "this draft's law depends on its depth within a step (a feature draft)")
+        raise ValueError(f"methods: {', '.join(refused)}: {PREFIX_DRAFT_ONLY}")
     cache_dir.mkdir(parents=True, exist_ok=True)
     paths = {c: cache_dir / f"{c.key(context)}.jsonl" for c in configs}
     cache = {c: _load_cache(paths[c]) if resume else {} for c in configs}

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..engine import generate, generate_batch
+from ..engine import PREFIX_DRAFT_ONLY, generate, generate_batch, refuses_draft
 from ..engine.pending import pending_tokens
 from ..models.base import LanguageModel
 from ..ot import optimal_acceptance
@@ -120,13 +120,12 @@ class TuneSettings:
         gives :data:`METHODS` without it, naming it is a ValueError."""
 
         def refused(method: str) -> bool:
-            return draft.depth_dependent and get_verifier(parse_method(method).name).prefix_draft_only
+            return refuses_draft(get_verifier(parse_method(method).name), draft)
 
         if self.methods is None:
             return replace(self, methods=tuple(m for m in METHODS if not refused(m)))
         if bad := [m for m in self.methods if refused(m)]:
-            raise ValueError(f"methods: {', '.join(bad)} is exact only with a draft whose law depends on the prefix "
-                             "alone; this draft's law depends on its depth within a step (a feature draft)")
+            raise ValueError(f"methods: {', '.join(bad)} is {PREFIX_DRAFT_ONLY}")
         return self
 
     def settings(self) -> list[tuple[str, int]]:
@@ -417,11 +416,12 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
     tokens = np.array([len(p.ratios) for p in paths], dtype=float)
     rows = []
     for method, k in settings.settings():
-        name = parse_method(method).name
+        spec = parse_method(method)
+        name = spec.name
+        fraction = get_verifier(name, **spec.options).fraction if name == "submaximal" else None  # its path survival's
         step_costs = costs.step_costs(method, k)
         for length in range(1, settings.max_draft_length + 1):
             if name in ("sd", "bv", "submaximal"):
-                fraction = get_verifier(name, **parse_method(method).options).fraction if name == "submaximal" else None
                 calls = [expected_calls(path_survival(p.ratios, length, name, fraction=fraction)) for p in paths]
                 estimator = UNBIASED
             elif name == "gbv":

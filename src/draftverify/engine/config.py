@@ -12,11 +12,21 @@ from ..probs import warp
 from ..verify import MethodSpec, Verifier, get_verifier, parse_method
 from .draft_length import DraftLengthPolicy, draft_length_policy
 
-__all__ = ["DecodeConfig", "AR", "GREEDY", "SEED_RANGE"]
+__all__ = ["DecodeConfig", "AR", "GREEDY", "PREFIX_DRAFT_ONLY", "SEED_RANGE", "refuses_draft"]
 
 AR = "ar"  # plain autoregressive sampling from the target: the baseline every method is compared with
 GREEDY = "greedy"  # the verifier of temperature-0 decoding: it keeps the target's argmax
 SEED_RANGE = (0, 2**64 - 1)  # what torch.Generator.manual_seed and numpy's default_rng both take
+PREFIX_DRAFT_ONLY = ("exact only with a draft whose law depends on the prefix alone; this draft's law depends on "
+                     "its depth within a step (a feature draft)")  # why refuses_draft refuses
+
+
+def refuses_draft(verifier: Verifier, draft: Any) -> bool:
+    """True when ``verifier`` is exact only with a draft whose law is a function of the prefix
+    (``Verifier.prefix_draft_only``: ``gbv``'s target modification) and ``draft``'s law depends on
+    its depth within a step (``LanguageModel.depth_dependent``); the engine, ``bench decode`` and
+    ``tune`` refuse such a pair."""
+    return verifier.prefix_draft_only and draft is not None and draft.depth_dependent
 
 
 @dataclass(frozen=True)

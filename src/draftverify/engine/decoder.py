@@ -31,7 +31,7 @@ from ..models.hidden import HiddenStateTap
 from ..probs import warp
 from ..rng import sample
 from ..verify.modifications import ModificationStack
-from .config import DecodeConfig
+from .config import PREFIX_DRAFT_ONLY, DecodeConfig, refuses_draft
 from .draft_length import StepSeconds
 from .gated import gated_step
 from .pending import pending_tokens
@@ -95,12 +95,8 @@ class Decoder:
             )
         self.target, self.draft, self.config = target, draft, config
         self.verifier = config.verifier() if config.speculative else None
-        if self.verifier is not None and self.verifier.prefix_draft_only and draft.depth_dependent:
-            raise ValueError(
-                f"method {config.name!r} carries the draft's law from one call to the next and is exact only for a "
-                "draft whose law depends on the prefix alone; this draft's law depends on its depth within a step "
-                "(a feature draft): use bv, sd or a multi-draft method"
-            )
+        if self.verifier is not None and refuses_draft(self.verifier, draft):
+            raise ValueError(f"method {config.name!r} is {PREFIX_DRAFT_ONLY}: use bv, sd or a multi-draft method")
         eos = target.eos_token_id if eos_token_id is None else eos_token_id
         self.stopper = Stopper(config.max_new_tokens, None if config.ignore_eos else eos, config.stop, tokenizer)
         self.generator = torch.Generator().manual_seed(config.seed)

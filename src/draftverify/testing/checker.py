@@ -114,7 +114,7 @@ def draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length: 
     tokens = np.zeros((num_drafts, length), dtype=np.int64)
     for k in range(num_drafts):
         for i in range(length):
-            row = pair.draft_conditionals(prefix, tokens[k, :i])[i]
+            row = pair.draft_conditional(prefix, tokens[k, :i])
             if isinstance(source, BranchingSource):
                 tokens[k, i] = source.categorical(torch.from_numpy(row))
             else:  # the numpy generator's uniform, through the one inverse CDF

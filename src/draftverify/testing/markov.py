@@ -104,6 +104,12 @@ class KnownLawPair:
     def depth_dependent(self) -> bool:
         return self.deeper_draft is not None
 
+    def draft_conditional(self, prefix, drafted) -> np.ndarray:
+        """The draft's law [V] at a call starting after ``prefix`` that has drafted ``drafted`` so
+        far: at depth len(drafted) + 1."""
+        model = self.deeper_draft if self.deeper_draft is not None and len(drafted) else self.draft
+        return model.conditional(list(prefix) + [int(t) for t in drafted])
+
     def draft_conditionals(self, prefix, continuation) -> np.ndarray:
         """The draft's laws [n + 1, V] at a call starting after ``prefix`` that drafted
         ``continuation`` (n tokens): row i after prefix + continuation[:i], at depth i + 1."""
