@@ -123,13 +123,39 @@ def test_int8_quantization_is_per_column_and_rounds_to_nearest():
     assert (q.float() * scale - weight).abs().le(scale / 2 + 1e-7).all()
 
 
-def test_packing_puts_16_columns_per_panel_and_zero_pads_the_last():
-    weight = torch.arange(3 * 20, dtype=torch.float32).view(3, 20)  # [K=3, N=20]
-    panels = pack(weight)  # [2, 3, 16]
-    assert panels.shape == (2, 3, 16) and panels.is_contiguous()
-    torch.testing.assert_close(panels[0], weight[:, :16])
-    torch.testing.assert_close(panels[1, :, :4], weight[:, 16:])
-    assert panels[1, :, 4:].eq(0).all()
+def test_packing_puts_width_columns_per_panel_and_zero_pads_the_last():
+    weight = torch.arange(3 * 40, dtype=torch.float32).view(3, 40)  # [K=3, N=40]
+    panels = pack(weight, 32)  # [2, 3, 32]
+    assert panels.shape == (2, 3, 32) and panels.is_contiguous()
+    torch.testing.assert_close(panels[0], weight[:, :32])
+    torch.testing.assert_close(panels[1, :, :8], weight[:, 32:])
+    assert panels[1, :, 8:].eq(0).all()
+    assert pack(weight, 16).shape == (3, 3, 16) and panel_mm.WIDTH == {"avx2": 16, "avx512": 32}
+
+
+@needs_panel
+@each_isa
+def test_panels_of_the_other_width_are_refused(isa):
+    other = "avx2" if isa == "avx512" else "avx512"
+    weight = torch.ones(4, 40)
+    with pytest.raises(RuntimeError, match="panels must be contiguous"):
+        torch.ops.draftverify.panel_mm(torch.ones(1, 4), pack(weight, panel_mm.WIDTH[other]), None, None, 40, isa)
+
+
+@needs_panel
+@pytest.mark.skipif("avx512" not in kernel().isas, reason="the AVX-512 path needs a CPU with AVX-512F")
+@pytest.mark.parametrize("shape", [(576, 1536), (577, 17), (64, 40)])
+def test_more_than_14_rows_run_as_blocks_of_at_most_14_each_as_if_alone(shape):
+    """AVX-512: a pass over a 32-column panel updates at most 14 rows; 28 rows are two passes of 14,
+    each row's bits those of its block run alone (the twin that tells: a block of 7 rows sums in two
+    accumulator sets, so its bits differ)."""
+    weight, bias = weights(shape, 6)
+    linear = PanelLinear(weight, bias, isa="avx512")
+    x = torch.randn(28, shape[0], generator=torch.Generator().manual_seed(7))
+    both = linear(x)
+    assert torch.equal(both[:14], linear(x[:14])) and torch.equal(both[14:], linear(x[14:]))
+    if shape[0] > 64:
+        assert not torch.equal(linear(x[:7]), both[:7])
 
 
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):
@@ -161,7 +187,7 @@ def test_panel_avx2_on_request_leaves_avx512_out_and_an_isa_the_cpu_lacks_is_an_
         with pytest.raises(ValueError, match="isa"):
             Linear.of(weight, None, kernel="panel-avx512")
     with pytest.raises(RuntimeError, match="isa"):  # the op itself checks too
-        torch.ops.draftverify.panel_mm(torch.ones(1, 4), panel_mm.pack(weight), None, None, 16, "sse2")
+        torch.ops.draftverify.panel_mm(torch.ones(1, 4), panel_mm.pack(weight, 16), None, None, 16, "sse2")
 
 
 def test_linear_of_picks_the_kernel_and_rejects_conflicting_options():

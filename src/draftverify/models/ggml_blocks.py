@@ -34,12 +34,13 @@ from functools import cache
 
 import torch
 
-from .panel_mm import PANEL, kernel, pack
+from .panel_mm import kernel, pack
 
 __all__ = ["ACTIVATIONS", "BLOCK", "BlockLinear", "NotBlocks", "dequantize", "find_q4_1", "find_q8_0", "int8_activation_product",
            "int8_activations_compiled", "random_q4_1", "round_activations"]
 
 BLOCK = 32  # weights per block, along the input dimension
+PANEL = 16  # output columns per panel of blocks: one AVX-512 register
 ACTIVATIONS = ("float32", "int8")  # what the blocks multiply: the float32 activations, or them rounded to 8 bits
 
 
@@ -221,12 +222,12 @@ class BlockLinear:
             elif activations == "int8":
                 unsigned = q if m is not None else (q.to(torch.int16) + 128).to(torch.uint8)
                 self.codes = _dot_layout(unsigned, nibbles=m is not None)
-                self.scales, self.offsets = pack(d), None if m is None else pack(m)
+                self.scales, self.offsets = pack(d, PANEL), None if m is None else pack(m, PANEL)
             else:
                 if m is not None:
                     pairs = q.view(-1, 2, q.shape[1])  # [K / 2, 2, N]: rows 2j and 2j + 1
                     q = pairs[:, 0] | (pairs[:, 1] << 4)
-                self.codes, self.scales, self.offsets = pack(q), pack(d), None if m is None else pack(m)
+                self.codes, self.scales, self.offsets = pack(q, PANEL), pack(d, PANEL), None if m is None else pack(m, PANEL)
             self.bias = None if bias is None else bias.detach().float().contiguous()
 
     @property

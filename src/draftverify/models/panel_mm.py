@@ -1,11 +1,11 @@
 """A compiled small-row matrix product for the lean forwards: ``x [M, K] @ W [K, N] + bias`` over
-weights packed once in 16-column panels, float32 or weight-only int8 (issue 27).
+weights packed once in panels of 16 or 32 columns, float32 or weight-only int8 (issue 27).
 
 A target call of L + 1 tokens streams the same weights as a one-token call; on a CPU both are bound
 by that stream, so their cost ratio r should stay near 1. torch's float32 kernels (MKL, oneDNN) do
 not get there for 2-32 rows; ``csrc/panel_mm.cpp`` does, in two instruction sets: AVX2/FMA (up to
-six rows per pass over a panel in registers) and, where the CPU has it, AVX-512F (up to 24 rows per
-pass, each panel's 16 columns one register); ``draftverify bench panel-mm`` and
+six rows per pass over a 16-column panel in registers) and, where the CPU has it, AVX-512F (up to
+14 rows per pass over a 32-column panel, two registers a row); ``draftverify bench panel-mm`` and
 docs/results/model_cost.md compare them with torch and numpy.
 
 One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the
@@ -50,11 +50,11 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ENV", "ISAS", "PANEL", "KernelStatus", "PanelLinear", "kernel", "pack", "quantize_int8"]
+__all__ = ["ENV", "ISAS", "WIDTH", "KernelStatus", "PanelLinear", "kernel", "pack", "quantize_int8"]
 
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
 ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
-PANEL = 16  # output columns per panel: two 8-float AVX registers
+WIDTH = {"avx2": 16, "avx512": 32}  # output columns per panel: two AVX registers, two AVX-512 ones
 SOURCES = [Path(__file__).resolve().parent / "csrc" / name for name in ("panel_mm.cpp", "llama_layers.cpp")]
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 
@@ -157,13 +157,13 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(weight / scale).clamp_(-127, 127).to(torch.int8), scale
 
 
-def pack(weight: torch.Tensor) -> torch.Tensor:
-    """weight [K, N] -> panels [ceil(N / 16), K, 16] (the last zero-padded), contiguous."""
+def pack(weight: torch.Tensor, width: int) -> torch.Tensor:
+    """weight [K, N] -> panels [ceil(N / width), K, width] (the last zero-padded), contiguous."""
     k, n = weight.shape
-    count = -(-n // PANEL)
-    padded = weight.new_zeros(k, count * PANEL)
+    count = -(-n // width)
+    padded = weight.new_zeros(k, count * width)
     padded[:, :n] = weight
-    return padded.view(k, count, PANEL).transpose(0, 1).contiguous()
+    return padded.view(k, count, width).transpose(0, 1).contiguous()
 
 
 class PanelLinear:
@@ -180,10 +180,11 @@ class PanelLinear:
             self.out_features = weight.shape[1]
             if quantize == "int8":
                 q, scale = quantize_int8(weight)
-                self.panels, self.scales = pack(q), torch.ones(-(-self.out_features // PANEL) * PANEL)
+                width = WIDTH[self.isa]
+                self.panels, self.scales = pack(q, width), torch.ones(-(-self.out_features // width) * width)
                 self.scales[: self.out_features] = scale
             elif quantize is None:
-                self.panels, self.scales = pack(weight.float()), None
+                self.panels, self.scales = pack(weight.float(), WIDTH[self.isa]), None
             else:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             self.bias = None if bias is None else bias.detach().float().contiguous()

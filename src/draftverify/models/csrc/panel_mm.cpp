@@ -1,16 +1,22 @@
-// out [M, N] = x [M, K] @ W [K, N] (* scales [N]) (+ bias [N]) over W packed once in 16-column
-// panels [P, K, 16] (P = ceil(N / 16), the last panel zero-padded), float32 or int8 (weight-only
-// int8: activations and accumulation float32, the per-column scale applied once at the end).
+// out [M, N] = x [M, K] @ W [K, N] (* scales [N]) (+ bias [N]) over W packed once in panels
+// [P, K, width] (P = ceil(N / width), the last panel zero-padded; width 16 for the AVX2 path, 32 for
+// the AVX-512 one), float32 or int8 (weight-only int8: activations and accumulation float32, the
+// per-column scale applied once at the end). A panel's k-th row of weights is contiguous, so a pass
+// over a panel is one sequential stream.
 //
 // Two instruction sets, picked per call (the `isa` argument; "avx512" only where the CPU has it):
 // - AVX2 + FMA (every x86-64 CPU of the last decade; the build's flags): one pass over a panel
 //   streams its K x 16 weights and updates 16 output columns of a block of up to six rows held in
 //   registers (2 ymm per row: 12 accumulators, 2 weight vectors, 1 broadcast); more rows run as
 //   further blocks over the same panel, which is then in L1/L2.
-// - AVX-512F (compiled for it by a pragma, so the same build runs on AVX2-only CPUs): a panel's 16
-//   columns are one zmm register, so 32 registers hold up to 24 rows: every panel is streamed once
-//   for up to 24 rows (M = 25..32 takes two passes), the weights loaded (and for int8 converted)
-//   once per k for all of them.
+// - AVX-512F (compiled for it by a pragma, so the same build runs on AVX2-only CPUs): a panel's 32
+//   columns are two zmm registers, so a pass over it updates up to 14 rows (28 accumulators, 2
+//   weight vectors, a broadcast), the weights loaded (and for int8 converted) once per k for all of
+//   them; more rows run in near-equal blocks of at most 14, each a pass over the panel, then in L2.
+//   Panels of 32 columns against 16 (a zmm a row, up to 24 rows a pass): 9-12 rows 10-20% faster, 5
+//   rows 10%, 17 and 24 rows 3-25% (576x1536, 9 rows 175 against 201 us, 12 rows 216 against 266-284;
+//   1536x576, 24 rows 419 against 560). The AVX2 path keeps 16 columns: a 32-column block of four
+//   rows would need 16 accumulators, all of its registers.
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
 // weights ahead are prefetched while these are consumed. Panels are shared among threads by
 // at::parallel_for.
@@ -40,7 +46,8 @@ namespace {
 
 #define UNROLL _Pragma("GCC unroll 32")  // loops over R and U (up to 24): the accumulators stay in registers
 
-constexpr int64_t kPanel = 16;
+constexpr int64_t kPanel = 16;  // columns of an AVX2 panel (two ymm), of a half of an AVX-512 one (a zmm), of a block-format panel
+constexpr int64_t kWide = 32;  // columns of an AVX-512 float32 / int8 panel
 constexpr int64_t kMaxRows = 6;
 constexpr int64_t kPrefetch = 1024;  // bytes of W ahead of the ones being read (AVX2)
 
@@ -134,9 +141,9 @@ template <typename W>
 struct Product {
   const float* x;  // [M, K]
   int64_t M, K;
-  const W* panels;  // [P, K, 16]
+  const W* panels;  // [P, K, width]
   int64_t N;
-  const float* scales;  // [P * 16] or nullptr
+  const float* scales;  // [P * width] or nullptr
   const float* bias;  // [N] or nullptr
   float* out;  // [M, N]
 };
@@ -159,15 +166,15 @@ inline void row_blocks(int64_t M, int64_t max_rows, Run run) {
   }
 }
 
-// Panels [begin, end) for all rows, in the blocks of row_blocks.
+// Panels [begin, end) of width columns for all rows, in the blocks of row_blocks.
 template <typename W>
-void panels(const Product<W>& a, int64_t begin, int64_t end, int64_t max_rows, RowsBlock<W> block) {
+void panels(const Product<W>& a, int64_t begin, int64_t end, int64_t width, int64_t max_rows, RowsBlock<W> block) {
   for (int64_t p = begin; p < end; ++p) {
-    const int64_t col = p * kPanel, cols = std::min(kPanel, a.N - col);
+    const int64_t col = p * width, cols = std::min(width, a.N - col);
     const float* s = a.scales == nullptr ? nullptr : a.scales + col;
     const float* b = a.bias == nullptr ? nullptr : a.bias + col;
     row_blocks(a.M, max_rows, [&](int64_t row, int64_t rows) {
-      block(rows, a.x + row * a.K, a.K, a.panels + p * a.K * kPanel, a.K, a.out + row * a.N + col, a.N, cols, s, b);
+      block(rows, a.x + row * a.K, a.K, a.panels + p * a.K * width, a.K, a.out + row * a.N + col, a.N, cols, s, b);
     });
   }
 }
@@ -175,10 +182,13 @@ void panels(const Product<W>& a, int64_t begin, int64_t end, int64_t max_rows, R
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 
-// bytes of W ahead of the ones being read: 2048 ran 17 rows 8-15% faster than 1024 and 9 rows ~5%,
-// one row alike (576x1536 and 1536x576, three interleaved rounds); no prefetch ran 5-17 rows 30-50% slower
-constexpr int64_t kPrefetch512 = 2048;
-constexpr int kMaxRows512 = 24;  // accumulators; with the weight vector and a broadcast, 26 of 32 zmm
+// bytes of W ahead of the ones being read: with 16-column panels 2048 ran 17 rows 8-15% faster than
+// 1024 and 9 rows ~5%, one row alike (no prefetch ran 5-17 rows 30-50% slower); with 32-column panels
+// 4096 (the same 32 k-steps ahead) ran 5-12 rows up to 6% faster than 8192 in a standalone probe
+constexpr int64_t kPrefetch512 = 4096;
+// rows of a block: both halves of a float32 panel in one pass take 28 accumulators, 2 weight vectors
+// and a broadcast; the block formats split their rows alike (bit-identical products)
+constexpr int kMaxRows512 = 14;
 
 // accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per cycle)
 // (a power of two, so the sets divide a 32-step block of the block formats below and every k has the
@@ -187,40 +197,70 @@ constexpr int sets512(int R) { return R >= 8 ? 1 : R >= 4 ? 2 : R == 1 ? 8 : 4; 
 
 inline __m512 load_weights512(const float* w) { return _mm512_loadu_ps(w); }
 
+// Prefetch the weights Distance bytes ahead of the k-steps k..k+U-1 of a panel w [K, 32].
+template <int64_t Distance, int U, typename W>
+inline void prefetch_wide(const W* w, int64_t k) {
+  constexpr int64_t row = kWide * sizeof(W);  // bytes of W per k-step: 128 (float32) or 32 (int8)
+  const char* ahead = reinterpret_cast<const char*>(w) + Distance;
+  UNROLL for (int u = 0; u < U; ++u) {
+    const int64_t at = (k + u) * row;
+    if constexpr (row >= 64) {
+      UNROLL for (int64_t line = 0; line < row; line += 64) _mm_prefetch(ahead + at + line, _MM_HINT_T0);
+    } else if (at % 64 == 0) {
+      _mm_prefetch(ahead + at, _MM_HINT_T0);
+    }
+  }
+}
+
 inline __m512 load_weights512(const int8_t* w) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))));
 }
 
-// Rows of x (stride ldx) times one panel w [K, 16]: R rows, U accumulator sets over k.
+// Rows of x (stride ldx) times one panel w [K, 32] (cols of its columns): R rows, U accumulator sets
+// over k, a zmm for each 16-column half.
 template <int R, int U, typename W>
 void panel_block512(const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo, int64_t cols,
                     const float* scale, const float* bias) {
-  __m512 acc[U][R];
+  constexpr int H = kWide / kPanel;
+  __m512 acc[U][R][H];
   UNROLL for (int u = 0; u < U; ++u)
-    UNROLL for (int r = 0; r < R; ++r) acc[u][r] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int h = 0; h < H; ++h) acc[u][r][h] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + U <= K; k += U) {
-    prefetch_ahead<kPrefetch512, U>(w, k);
+    prefetch_wide<kPrefetch512, U>(w, k);
     UNROLL for (int u = 0; u < U; ++u) {
-      const __m512 weights = load_weights512(w + (k + u) * kPanel);
-      UNROLL for (int r = 0; r < R; ++r)
-        acc[u][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k + u]), weights, acc[u][r]);
+      __m512 weights[H];
+      UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + (k + u) * kWide + h * kPanel);
+      UNROLL for (int r = 0; r < R; ++r) {
+        const __m512 a = _mm512_set1_ps(x[r * ldx + k + u]);
+        UNROLL for (int h = 0; h < H; ++h) acc[u][r][h] = _mm512_fmadd_ps(a, weights[h], acc[u][r][h]);
+      }
     }
   }
   for (; k < K; ++k) {
-    const __m512 weights = load_weights512(w + k * kPanel);
-    UNROLL for (int r = 0; r < R; ++r) acc[0][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), weights, acc[0][r]);
+    __m512 weights[H];
+    UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + k * kWide + h * kPanel);
+    UNROLL for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(x[r * ldx + k]);
+      UNROLL for (int h = 0; h < H; ++h) acc[0][r][h] = _mm512_fmadd_ps(a, weights[h], acc[0][r][h]);
+    }
   }
   UNROLL for (int u = 1; u < U; ++u)
-    UNROLL for (int r = 0; r < R; ++r) acc[0][r] = _mm512_add_ps(acc[0][r], acc[u][r]);
-  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
-  const __m512 s = scale == nullptr ? _mm512_set1_ps(1.0f) : _mm512_loadu_ps(scale);  // scales are padded
-  const __m512 b = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias);
-  UNROLL for (int r = 0; r < R; ++r) {
-    __m512 v = acc[0][r];
-    if (scale != nullptr) v = _mm512_mul_ps(v, s);
-    if (bias != nullptr) v = _mm512_add_ps(v, b);
-    _mm512_mask_storeu_ps(out + r * ldo, mask, v);
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int h = 0; h < H; ++h) acc[0][r][h] = _mm512_add_ps(acc[0][r][h], acc[u][r][h]);
+  UNROLL for (int h = 0; h < H; ++h) {
+    const int64_t n = std::min<int64_t>(kPanel, cols - h * kPanel);
+    if (n <= 0) break;
+    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+    const __m512 s = scale == nullptr ? _mm512_set1_ps(1.0f) : _mm512_loadu_ps(scale + h * kPanel);  // scales are padded
+    const __m512 b = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias + h * kPanel);
+    UNROLL for (int r = 0; r < R; ++r) {
+      __m512 v = acc[0][r][h];
+      if (scale != nullptr) v = _mm512_mul_ps(v, s);
+      if (bias != nullptr) v = _mm512_add_ps(v, b);
+      _mm512_mask_storeu_ps(out + r * ldo + h * kPanel, mask, v);
+    }
   }
 }
 
@@ -454,7 +494,7 @@ void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_
 }
 
 // out [M, N] = x [M, K] @ W (+ bias) for W in a block format, panels shared among threads, rows in
-// the blocks of row_blocks (at most 24, as the float32 AVX-512 product).
+// the blocks of row_blocks (at most 14, as the float32 AVX-512 product).
 template <int Bits>
 void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
   static constexpr auto table = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
@@ -469,15 +509,18 @@ bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
 bool has_vnni() { return has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"); }
 
+// Columns of a panel in an instruction set's layout.
+int64_t panel_width(bool avx512) { return avx512 ? kWide : kPanel; }
+
 template <typename W>
 void panel_mm_impl(const Product<W>& a, bool avx512) {
-  const int64_t count = (a.N + kPanel - 1) / kPanel;
-  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(a.K, 1));
+  const int64_t width = panel_width(avx512), count = (a.N + width - 1) / width;
+  const int64_t grain = std::max<int64_t>(1, 131072 / (width * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     if (avx512)
-      panels(a, begin, end, kMaxRows512, &rows_block512<W>);
+      panels(a, begin, end, width, kMaxRows512, &rows_block512<W>);
     else
-      panels(a, begin, end, kMaxRows, &rows_block<W>);
+      panels(a, begin, end, width, kMaxRows, &rows_block<W>);
   });
 }
 
@@ -490,9 +533,10 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be 'avx2' or 'avx512', got ", isa);
   TORCH_CHECK(isa == "avx2" || has_avx512(), "isa 'avx512' needs a CPU with AVX-512F");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a float32 matrix [M, K]");
-  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.size(1) == x.size(1) &&
-                  panels.size(0) == (N + kPanel - 1) / kPanel && panels.is_contiguous(),
-              "panels must be contiguous [ceil(N / 16), K, 16] for x [M, K]");
+  const int64_t width = panel_width(isa == "avx512");
+  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == width && panels.size(1) == x.size(1) &&
+                  panels.size(0) == (N + width - 1) / width && panels.is_contiguous(),
+              "panels must be contiguous [ceil(N / ", width, "), K, ", width, "] for x [M, K] and isa ", isa);
   TORCH_CHECK(reinterpret_cast<uintptr_t>(panels.data_ptr()) % 32 == 0, "panels must be 32-byte aligned");
   const bool quantized = panels.scalar_type() == at::kChar;
   TORCH_CHECK(quantized || panels.scalar_type() == at::kFloat, "panels must be float32 or int8");
@@ -500,8 +544,8 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   const at::Tensor xc = x.contiguous();
   const float* s = nullptr;
   if (quantized) {
-    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() == panels.size(0) * kPanel,
-                "scales must be float32 [ceil(N / 16) * 16]");
+    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() == panels.size(0) * width,
+                "scales must be float32 [ceil(N / ", width, ") * ", width, "]");
     s = scales->data_ptr<float>();
   }
   const float* b = nullptr;
