@@ -1,13 +1,14 @@
 """bench model-cost's timing loop on a tiny model: every call kind for every draft length, ratios
-r(L + 1) and c from the medians, and a draft-less target."""
+r(L + 1) and c from the medians, and a draft-less target; the floor of r from float32 arithmetic."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from draftverify.bench.model_cost import call_costs, ratios
+from draftverify.bench.model_cost import call_costs, multiply_adds, r_floor, ratios
 from draftverify.models.hf import TransformersModel
+from draftverify.models.panel_mm import fma_peak, kernel
 from draftverify.models.toy import tiny_causal_lm
 
 
@@ -32,3 +33,30 @@ def test_call_costs_time_every_kind_and_ratios_divide_by_the_one_token_call(targ
 def test_more_accepted_tokens_than_the_shortest_draft_is_an_error(target):
     with pytest.raises(ValueError, match="accepted"):
         call_costs({"a": (target, None)}, [1, 2], repeats=1, draft_lengths=[1, 4], accepted=2)
+
+
+def test_multiply_adds_count_every_linear_weight_once(target):
+    model = target.model  # llama, width 32, 2 layers, vocabulary 40, tied output layer
+    config = model.config
+    attention = 2 * 32 * 32 + 2 * 32 * config.num_key_value_heads * (32 // config.num_attention_heads)
+    layer = attention + 3 * 32 * config.intermediate_size
+    assert multiply_adds(model) == 2 * layer + 32 * 40
+
+
+def test_the_floor_of_r_is_arithmetic_time_over_the_one_token_call_and_never_below_1():
+    # 1M multiply-adds a token at 100 GFLOP/s: 20 us a token of arithmetic
+    assert r_floor(17, 10**6, 100e9, 170e-6) == pytest.approx(2.0)  # 340 us of arithmetic / 170 us
+    assert r_floor(2, 10**6, 100e9, 170e-6) == 1.0  # 40 us of arithmetic: the weight stream bounds it
+    for bad in ((0, 10**6, 1e9, 1e-3), (2, 10**6, 0.0, 1e-3), (2, 10**6, 1e9, 0.0), (2, 0, 1e9, 1e-3)):
+        with pytest.raises(ValueError, match="tokens and weights"):
+            r_floor(*bad)
+
+
+@pytest.mark.skipif(not kernel().compiled, reason=f"panel kernel unavailable: {kernel().reason}")
+def test_fma_peak_measures_each_instruction_set_the_cpu_runs_and_refuses_others():
+    for isa in kernel().isas:
+        assert 1e9 < fma_peak(isa, rounds=1) < 1e13  # FLOP/s of one core
+    with pytest.raises(ValueError, match="isa"):
+        fma_peak("sse2")
+    with pytest.raises(ValueError, match="rounds"):
+        fma_peak(rounds=0)

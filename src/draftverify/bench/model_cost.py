@@ -17,6 +17,14 @@ layers, 8.5 / 32 in the output layer), attention's cache and the norms left out.
 Goals (issue 27, real target, one thread): r(5) <= 1.2, r(9) <= 1.4, r(17) <= 2.0; the one-token
 call at >= 85% of the copy bandwidth (issue 13: c <= 0.12).
 
+The floor of r from arithmetic, for the variants whose products are float32 multiply-adds (all but
+the 8-bit activation blocks): an n-token call makes n multiply-adds per weight of its linear and
+output layers (W a token), so it takes at least 2 n W / F seconds, F the float32 FLOP/s this thread
+sustains in registers (:func:`~draftverify.models.panel_mm.fma_peak`, measured in the same run); and
+it streams the one-token call's weights. So r(n) >= max(1, 2 n W / (F t_1)) with t_1 the one-token
+call's measured time: the cheaper the one-token call (the closer to the copy bandwidth), the higher
+the floor.
+
 Run: ``draftverify bench model-cost`` (JSON then a table).
 """
 
@@ -32,7 +40,7 @@ from ..models.base import LanguageModel
 from ..models.feature_draft import FeatureDraft
 from ..models.ggml_blocks import NotBlocks, int8_activations_compiled
 from ..models.hf import TransformersModel
-from ..models.panel_mm import kernel
+from ..models.panel_mm import fma_peak, kernel
 from ..tables import table_of
 from .output import emit_json
 from .panel_mm import CLOCKS, STATISTICS, copy_bandwidth
@@ -41,7 +49,9 @@ from .progress import track
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["ModelCostSettings", "call_costs", "ratios", "run"]
+__all__ = ["ModelCostSettings", "call_costs", "multiply_adds", "r_floor", "ratios", "run"]
+
+FLOAT32_ARITHMETIC = ("eager", "panel_avx2", "panel_avx2_int8", "panel_avx512", "panel_avx512_int8", "panel_avx512_gguf")
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,20 @@ def ratios(costs: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def multiply_adds(model: torch.nn.Module) -> int:
+    """Multiply-adds one token makes in a model's linear and output layers: the weights of its
+    ``nn.Linear`` modules (a tied output layer counted once as the layer it is)."""
+    return sum(module.weight.numel() for module in model.modules() if isinstance(module, torch.nn.Linear))
+
+
+def r_floor(tokens: int, weights: int, flops: float, one_token_seconds: float) -> float:
+    """The least r(tokens) float32 arithmetic allows (module doc): max(1, 2 n W / (F t_1))."""
+    if min(tokens, weights) < 1 or flops <= 0 or one_token_seconds <= 0:
+        raise ValueError(f"tokens and weights must be >= 1 and flops, one_token_seconds > 0, got "
+                         f"{tokens}, {weights}, {flops}, {one_token_seconds}")
+    return max(1.0, 2 * tokens * weights / (flops * one_token_seconds))
+
+
 def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
               kv_cache: str) -> tuple[dict[str, tuple[TransformersModel, LanguageModel | None]], dict[str, str]]:
     """The target model under each matrix kernel (the panel kernel, float32 and int8, where it runs;
@@ -201,10 +225,15 @@ def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
     # a run (22.7 to 27.5 GB/s between runs here), and a slow moment must not flatter the calls
     copies = (before, copy_bandwidth(clock=args.clock))
     bandwidth = max(copies)
+    flops = fma_peak() if status.compiled else None
+    weights = multiply_adds(target.model)
+    lengths = [length + 1 for length in args.draft_length]
     rows = []
     for name, c in costs.items():
         streamed = variants[name][0].product_bytes
-        rows.append(dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c),
+        floors = {f"r_floor_{n}": r_floor(n, weights, flops, c["target_1"])
+                  for n in lengths if flops is not None and name in FLOAT32_ARITHMETIC}
+        rows.append(dict(variant=name, **{f"{k}_ms": v * 1e3 for k, v in c.items()}, **ratios(c), **floors,
                          one_token_gb_s=streamed / c["target_1"] / 1e9,
                          bandwidth_fraction=streamed / c["target_1"] / bandwidth))
     default = "default pair"  # load_pair's: SmolLM2
@@ -214,14 +243,17 @@ def run(args: ModelCostSettings, progress: Progress | None = None) -> int:
                   kernel=dict(name=status.name, reason=status.reason, load_seconds=status.load_seconds,
                               built=status.built),
                   copy_bandwidth_gb_s=bandwidth / 1e9, copy_bandwidth_before_after_gb_s=[c / 1e9 for c in copies],
+                  fma_peak_gflop_s=None if flops is None else flops / 1e9, multiply_adds_per_token=weights,
                   goals=dict(r_5=1.2, r_9=1.4, r_17=2.0, bandwidth_fraction=0.85, draft_cost_c=0.12), variants=rows,
                   variants_left_out=left_out)
     emit_json(report, args.json)
-    lengths = [length + 1 for length in args.draft_length]
     print(f"\ncopy bandwidth {bandwidth / 1e9:.1f} GB/s; panel kernel: {status.name}"
-          + (f" ({status.reason})" if status.reason else f" (loaded in {status.load_seconds:.1f} s)"))
+          + (f" ({status.reason})" if status.reason else f" (loaded in {status.load_seconds:.1f} s)")
+          + ("" if flops is None else f"; float32 FMA peak {flops / 1e9:.1f} GFLOP/s, {weights / 1e6:.1f}M multiply-adds "
+             "a token (floor: the least r float32 arithmetic allows)"))
     columns = [("variant", "variant", ""), ("target_1_ms", "target 1 ms", ".3f")]
     columns += [(f"r_{n}", f"r({n})", ".2f") for n in lengths]
+    columns += [(f"r_floor_{n}", f"floor({n})", ".2f") for n in lengths if n > 2]
     columns += [("one_token_gb_s", "GB/s", ".1f"), ("bandwidth_fraction", "of copy", ".2f"), ("draft_cost_c", "c", ".3f")]
     print(table_of(rows, columns, markdown=False))
     for name, reason in left_out.items():

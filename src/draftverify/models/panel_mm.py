@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ENV", "ISAS", "WIDTH", "KernelStatus", "PanelLinear", "kernel", "pack", "quantize_int8"]
+__all__ = ["ENV", "ISAS", "WIDTH", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "pack", "quantize_int8"]
 
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
 ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
@@ -145,6 +145,22 @@ def kernel() -> KernelStatus:
             reason = f"build failed: {lines[-1] if lines else type(error).__name__}"
     warnings.warn(f"panel matrix kernel unavailable ({reason}); linear layers run torch's kernels", stacklevel=2)
     return KernelStatus(reason=reason)
+
+
+def fma_peak(isa: str | None = None, rounds: int = 3) -> float:
+    """Float32 FLOP/s (two a multiply-add) one thread sustains in registers, twelve independent FMA
+    chains in instruction set ``isa`` (default the best this CPU runs), the best of ``rounds`` of
+    about 20 ms: the arithmetic ceiling of any float32 product on this core (``bench model-cost``'s
+    floor of r). ValueError where the panel kernel does not run or ``isa`` is not one it runs here."""
+    status = kernel()
+    if not status.compiled:
+        raise ValueError(f"fma_peak needs the panel kernel: {status.reason}")
+    isa = status.isa if isa is None else isa
+    if isa not in status.isas:
+        raise ValueError(f"isa must be one of {status.isas} here, got {isa!r}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    return max(torch.ops.draftverify.fma_peak(isa, 5_000_000) for _ in range(rounds))
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

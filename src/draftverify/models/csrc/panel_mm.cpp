@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -179,8 +180,34 @@ void panels(const Product<W>& a, int64_t begin, int64_t end, int64_t width, int6
   }
 }
 
+// Twelve independent FMA chains of `steps` each in registers (enough to hide the FMA latency on two
+// units): float32 multiply-adds at the core's issue rate, no memory. Returns the seconds taken and
+// adds the chains' sum to *sink so the work cannot be elided.
+double fma_chains(int64_t steps, float* sink) {
+  __m256 a[12];
+  UNROLL for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 b = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) UNROLL for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], b, c);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  UNROLL for (int j = 0; j < 12; ++j) *sink += _mm256_cvtss_f32(a[j]);
+  return seconds;
+}
+
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+
+// fma_chains on zmm registers (sixteen floats a multiply-add).
+double fma_chains512(int64_t steps, float* sink) {
+  __m512 a[12];
+  UNROLL for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 b = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) UNROLL for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], b, c);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  UNROLL for (int j = 0; j < 12; ++j) *sink += _mm512_reduce_add_ps(a[j]);
+  return seconds;
+}
 
 // bytes of W ahead of the ones being read: with 16-column panels 2048 ran 17 rows 8-15% faster than
 // 1024 and 9 rows ~5%, one row alike (no prefetch ran 5-17 rows 30-50% slower); with 32-column panels
@@ -623,6 +650,20 @@ at::Tensor block_q8_mm(const at::Tensor& x, const at::Tensor& codes, const at::T
 
 bool block_q8_ready() { return has_vnni(); }
 
+// Float32 FLOP/s (2 a multiply-add) one thread sustains in registers in instruction set isa: the
+// arithmetic ceiling of a float32 product on this core (bench model-cost's floor of r).
+double fma_peak(c10::string_view isa, int64_t steps) {
+  TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be 'avx2' or 'avx512', got ", isa);
+  TORCH_CHECK(isa == "avx2" || has_avx512(), "isa 'avx512' needs a CPU with AVX-512F");
+  TORCH_CHECK(steps > 0, "steps must be positive, got ", steps);
+  float sink = 0.0f;
+  const bool avx512 = isa == "avx512";
+  const double seconds = avx512 ? fma_chains512(steps, &sink) : fma_chains(steps, &sink);
+  volatile float keep = sink;
+  (void)keep;
+  return 2.0 * (avx512 ? 16 : 8) * 12 * static_cast<double>(steps) / seconds;
+}
+
 // The instruction sets this CPU runs, best last.
 std::vector<std::string> panel_mm_isas() {
   std::vector<std::string> isas{"avx2"};
@@ -639,4 +680,5 @@ TORCH_LIBRARY(draftverify, m) {
   m.def("block_mm(Tensor x, Tensor codes, Tensor scales, Tensor? offsets, Tensor? bias, int n) -> Tensor", &block_mm);
   m.def("block_q8_mm(Tensor x, Tensor codes, Tensor scales, Tensor? offsets, Tensor? bias, int n) -> Tensor", &block_q8_mm);
   m.def("block_q8_ready() -> bool", &block_q8_ready);
+  m.def("fma_peak(str isa, int steps) -> float", &fma_peak);
 }
