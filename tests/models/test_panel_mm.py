@@ -130,16 +130,22 @@ def test_packing_puts_width_columns_per_panel_and_zero_pads_the_last():
     torch.testing.assert_close(panels[0], weight[:, :32])
     torch.testing.assert_close(panels[1, :, :8], weight[:, 32:])
     assert panels[1, :, 8:].eq(0).all()
-    assert pack(weight, 16).shape == (3, 3, 16) and panel_mm.WIDTH == {"avx2": 16, "avx512": 32}
+    assert pack(weight, 16).shape == (3, 3, 16)
+    assert panel_mm.panel_width("avx512", None) == 32
+    assert panel_mm.panel_width("avx512", "int8") == panel_mm.panel_width("avx2", None) == 16
 
 
 @needs_panel
 @each_isa
-def test_panels_of_the_other_width_are_refused(isa):
-    other = "avx2" if isa == "avx512" else "avx512"
-    weight = torch.ones(4, 40)
+def test_panels_of_another_width_are_refused(isa):
+    weight, x = torch.ones(4, 40), torch.ones(1, 4)
+    other = 48 - panel_mm.panel_width(isa, None)  # 16 <-> 32
     with pytest.raises(RuntimeError, match="panels must be contiguous"):
-        torch.ops.draftverify.panel_mm(torch.ones(1, 4), pack(weight, panel_mm.WIDTH[other]), None, None, 40, isa)
+        torch.ops.draftverify.panel_mm(x, pack(weight, other), None, None, 40, isa)
+    q, scale = quantize_int8(weight)
+    assert panel_mm.panel_width(isa, "int8") == 16
+    with pytest.raises(RuntimeError, match="panels must be contiguous"):
+        torch.ops.draftverify.panel_mm(x, pack(q, 32), torch.ones(64), None, 40, isa)
 
 
 @needs_panel

@@ -4,8 +4,9 @@ weights packed once in panels of 16 or 32 columns, float32 or weight-only int8 (
 A target call of L + 1 tokens streams the same weights as a one-token call; on a CPU both are bound
 by that stream, so their cost ratio r should stay near 1. torch's float32 kernels (MKL, oneDNN) do
 not get there for 2-32 rows; ``csrc/panel_mm.cpp`` does, in two instruction sets: AVX2/FMA (up to
-six rows per pass over a 16-column panel in registers) and, where the CPU has it, AVX-512F (up to
-14 rows per pass over a 32-column panel, two registers a row); ``draftverify bench panel-mm`` and
+six rows per pass over a 16-column panel in registers) and, where the CPU has it, AVX-512F (float32:
+up to 14 rows per pass over a 32-column panel, two registers a row; int8: up to 24 rows per pass
+over a 16-column panel); ``draftverify bench panel-mm`` and
 docs/results/model_cost.md compare them with torch and numpy.
 
 One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the
@@ -50,11 +51,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ENV", "ISAS", "WIDTH", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "pack", "quantize_int8"]
+__all__ = ["ENV", "ISAS", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "pack", "panel_width", "quantize_int8"]
 
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
 ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
-WIDTH = {"avx2": 16, "avx512": 32}  # output columns per panel: two AVX registers, two AVX-512 ones
 SOURCES = [Path(__file__).resolve().parent / "csrc" / name for name in ("panel_mm.cpp", "llama_layers.cpp")]
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 
@@ -173,6 +173,13 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(weight / scale).clamp_(-127, 127).to(torch.int8), scale
 
 
+def panel_width(isa: str, quantize: str | None) -> int:
+    """Output columns of a panel the kernel reads in instruction set ``isa``: 32 for float32 weights
+    on AVX-512 (two registers a row), else 16 (two AVX registers; for int8 on AVX-512 one register,
+    each weight converted once for up to 24 rows)."""
+    return 32 if isa == "avx512" and quantize is None else 16
+
+
 def pack(weight: torch.Tensor, width: int) -> torch.Tensor:
     """weight [K, N] -> panels [ceil(N / width), K, width] (the last zero-padded), contiguous."""
     k, n = weight.shape
@@ -196,11 +203,11 @@ class PanelLinear:
             self.out_features = weight.shape[1]
             if quantize == "int8":
                 q, scale = quantize_int8(weight)
-                width = WIDTH[self.isa]
+                width = panel_width(self.isa, quantize)
                 self.panels, self.scales = pack(q, width), torch.ones(-(-self.out_features // width) * width)
                 self.scales[: self.out_features] = scale
             elif quantize is None:
-                self.panels, self.scales = pack(weight.float(), WIDTH[self.isa]), None
+                self.panels, self.scales = pack(weight.float(), panel_width(self.isa, None)), None
             else:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             self.bias = None if bias is None else bias.detach().float().contiguous()

@@ -1,6 +1,6 @@
 // out [M, N] = x [M, K] @ W [K, N] (* scales [N]) (+ bias [N]) over W packed once in panels
-// [P, K, width] (P = ceil(N / width), the last panel zero-padded; width 16 for the AVX2 path, 32 for
-// the AVX-512 one), float32 or int8 (weight-only int8: activations and accumulation float32, the
+// [P, K, width] (P = ceil(N / width), the last panel zero-padded; width 32 for float32 weights on the
+// AVX-512 path, else 16), float32 or int8 (weight-only int8: activations and accumulation float32, the
 // per-column scale applied once at the end). A panel's k-th row of weights is contiguous, so a pass
 // over a panel is one sequential stream.
 //
@@ -9,14 +9,15 @@
 //   streams its K x 16 weights and updates 16 output columns of a block of up to six rows held in
 //   registers (2 ymm per row: 12 accumulators, 2 weight vectors, 1 broadcast); more rows run as
 //   further blocks over the same panel, which is then in L1/L2.
-// - AVX-512F (compiled for it by a pragma, so the same build runs on AVX2-only CPUs): a panel's 32
-//   columns are two zmm registers, so a pass over it updates up to 14 rows (28 accumulators, 2
-//   weight vectors, a broadcast), the weights loaded (and for int8 converted) once per k for all of
-//   them; more rows run in near-equal blocks of at most 14, each a pass over the panel, then in L2.
-//   Panels of 32 columns against 16 (a zmm a row, up to 24 rows a pass): 9-12 rows 10-20% faster, 5
-//   rows 10%, 17 and 24 rows 3-25% (576x1536, 9 rows 175 against 201 us, 12 rows 216 against 266-284;
-//   1536x576, 24 rows 419 against 560). The AVX2 path keeps 16 columns: a 32-column block of four
-//   rows would need 16 accumulators, all of its registers.
+// - AVX-512F (compiled for it by a pragma, so the same build runs on AVX2-only CPUs): a float32
+//   panel's 32 columns are two zmm registers, so a pass over it updates up to 14 rows (28
+//   accumulators, 2 weight vectors, a broadcast), the weights loaded once per k for all of them;
+//   more rows run in near-equal blocks of at most 14, each a pass over the panel, then in L2. Panels
+//   of 32 columns against 16 (a zmm a row, up to 24 rows a pass): 9-12 rows 10-20% faster, 5 rows
+//   10%, 17 and 24 rows 3-25% (576x1536, 9 rows 175 against 201 us, 12 rows 212 against 266-284;
+//   1536x576, 24 rows 395 against 560). int8 panels keep 16 columns (a zmm a row, up to 24 rows a
+//   pass, each weight converted once per k): over 32 columns they ran 2-12 rows 10-20% slower. The
+//   AVX2 path keeps 16 columns: a 32-column block of four rows would need all 16 of its registers.
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
 // weights ahead are prefetched while these are consumed. Panels are shared among threads by
 // at::parallel_for.
@@ -217,6 +218,13 @@ constexpr int64_t kPrefetch512 = 4096;
 // and a broadcast; the block formats split their rows alike (bit-identical products)
 constexpr int kMaxRows512 = 14;
 
+// Columns of an AVX-512 panel and rows of a block by weight type: float32 32 and 14 (two zmm a row);
+// int8 16 and 24 (a zmm a row: over 32 columns its conversions ran 2-12 rows 10-20% slower).
+template <typename W>
+constexpr int64_t kWidth512 = std::is_same_v<W, float> ? kWide : kPanel;
+template <typename W>
+constexpr int kRows512 = std::is_same_v<W, float> ? kMaxRows512 : 24;
+
 // accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per cycle)
 // (a power of two, so the sets divide a 32-step block of the block formats below and every k has the
 // same set in both: their products are then bit-identical to the float32 product of the same weights)
@@ -224,10 +232,10 @@ constexpr int sets512(int R) { return R >= 8 ? 1 : R >= 4 ? 2 : R == 1 ? 8 : 4; 
 
 inline __m512 load_weights512(const float* w) { return _mm512_loadu_ps(w); }
 
-// Prefetch the weights Distance bytes ahead of the k-steps k..k+U-1 of a panel w [K, 32].
+// Prefetch the weights Distance bytes ahead of the k-steps k..k+U-1 of a panel w [K, kWidth512<W>].
 template <int64_t Distance, int U, typename W>
-inline void prefetch_wide(const W* w, int64_t k) {
-  constexpr int64_t row = kWide * sizeof(W);  // bytes of W per k-step: 128 (float32) or 32 (int8)
+inline void prefetch_panel512(const W* w, int64_t k) {
+  constexpr int64_t row = kWidth512<W> * sizeof(W);  // bytes of W per k-step: 128 (float32) or 16 (int8)
   const char* ahead = reinterpret_cast<const char*>(w) + Distance;
   UNROLL for (int u = 0; u < U; ++u) {
     const int64_t at = (k + u) * row;
@@ -243,22 +251,23 @@ inline __m512 load_weights512(const int8_t* w) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))));
 }
 
-// Rows of x (stride ldx) times one panel w [K, 32] (cols of its columns): R rows, U accumulator sets
-// over k, a zmm for each 16-column half.
+// Rows of x (stride ldx) times one panel w [K, kWidth512<W>] (cols of its columns): R rows, U
+// accumulator sets over k, a zmm for each 16 columns.
 template <int R, int U, typename W>
 void panel_block512(const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo, int64_t cols,
                     const float* scale, const float* bias) {
-  constexpr int H = kWide / kPanel;
+  constexpr int64_t width = kWidth512<W>;
+  constexpr int H = width / kPanel;
   __m512 acc[U][R][H];
   UNROLL for (int u = 0; u < U; ++u)
     UNROLL for (int r = 0; r < R; ++r)
       UNROLL for (int h = 0; h < H; ++h) acc[u][r][h] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + U <= K; k += U) {
-    prefetch_wide<kPrefetch512, U>(w, k);
+    prefetch_panel512<kPrefetch512, U>(w, k);
     UNROLL for (int u = 0; u < U; ++u) {
       __m512 weights[H];
-      UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + (k + u) * kWide + h * kPanel);
+      UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + (k + u) * width + h * kPanel);
       UNROLL for (int r = 0; r < R; ++r) {
         const __m512 a = _mm512_set1_ps(x[r * ldx + k + u]);
         UNROLL for (int h = 0; h < H; ++h) acc[u][r][h] = _mm512_fmadd_ps(a, weights[h], acc[u][r][h]);
@@ -267,7 +276,7 @@ void panel_block512(const float* x, int64_t ldx, const W* w, int64_t K, float* o
   }
   for (; k < K; ++k) {
     __m512 weights[H];
-    UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + k * kWide + h * kPanel);
+    UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + k * width + h * kPanel);
     UNROLL for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(x[r * ldx + k]);
       UNROLL for (int h = 0; h < H; ++h) acc[0][r][h] = _mm512_fmadd_ps(a, weights[h], acc[0][r][h]);
@@ -302,7 +311,7 @@ constexpr std::array<Block512<W>, sizeof...(I)> blocks512(std::index_sequence<I.
 template <typename W>
 void rows_block512(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
                    int64_t cols, const float* scale, const float* bias) {
-  static constexpr auto table = blocks512<W>(std::make_index_sequence<kMaxRows512>());
+  static constexpr auto table = blocks512<W>(std::make_index_sequence<kRows512<W>>());
   table[rows - 1](x, ldx, w, K, out, ldo, cols, scale, bias);
 }
 
@@ -536,16 +545,17 @@ bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
 bool has_vnni() { return has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"); }
 
-// Columns of a panel in an instruction set's layout.
-int64_t panel_width(bool avx512) { return avx512 ? kWide : kPanel; }
+// Columns of a panel of W in an instruction set's layout.
+template <typename W>
+int64_t panel_width(bool avx512) { return avx512 ? kWidth512<W> : kPanel; }
 
 template <typename W>
 void panel_mm_impl(const Product<W>& a, bool avx512) {
-  const int64_t width = panel_width(avx512), count = (a.N + width - 1) / width;
+  const int64_t width = panel_width<W>(avx512), count = (a.N + width - 1) / width;
   const int64_t grain = std::max<int64_t>(1, 131072 / (width * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     if (avx512)
-      panels(a, begin, end, width, kMaxRows512, &rows_block512<W>);
+      panels(a, begin, end, width, kRows512<W>, &rows_block512<W>);
     else
       panels(a, begin, end, width, kMaxRows, &rows_block<W>);
   });
@@ -560,12 +570,13 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be 'avx2' or 'avx512', got ", isa);
   TORCH_CHECK(isa == "avx2" || has_avx512(), "isa 'avx512' needs a CPU with AVX-512F");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a float32 matrix [M, K]");
-  const int64_t width = panel_width(isa == "avx512");
+  const bool quantized = panels.scalar_type() == at::kChar;
+  const int64_t width = quantized ? panel_width<int8_t>(isa == "avx512") : panel_width<float>(isa == "avx512");
   TORCH_CHECK(panels.dim() == 3 && panels.size(2) == width && panels.size(1) == x.size(1) &&
                   panels.size(0) == (N + width - 1) / width && panels.is_contiguous(),
-              "panels must be contiguous [ceil(N / ", width, "), K, ", width, "] for x [M, K] and isa ", isa);
+              "panels must be contiguous [ceil(N / ", width, "), K, ", width, "] for x [M, K], isa ", isa,
+              " and weights ", panels.scalar_type());
   TORCH_CHECK(reinterpret_cast<uintptr_t>(panels.data_ptr()) % 32 == 0, "panels must be 32-byte aligned");
-  const bool quantized = panels.scalar_type() == at::kChar;
   TORCH_CHECK(quantized || panels.scalar_type() == at::kFloat, "panels must be float32 or int8");
   TORCH_CHECK(quantized == scales.has_value(), "int8 panels take scales, float32 panels none");
   const at::Tensor xc = x.contiguous();

@@ -7,7 +7,7 @@
 
 namespace draftverify {
 
-// x [M, K] @ W (* scales) (+ bias) over float32 or int8 panels [ceil(N / 32), K, 32]; isa "avx2" or "avx512".
+// x [M, K] @ W (* scales) (+ bias) over float32 or int8 panels [ceil(N / width), K, width] (width: panel_mm.cpp); isa "avx2" or "avx512".
 at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::optional<at::Tensor>& scales,
                     const std::optional<at::Tensor>& bias, int64_t N, c10::string_view isa);
 
