@@ -22,7 +22,11 @@ recommend one, and (``verify``) measure the best few beside the prediction.
    time on the pass's distributions, and what the engine spends beside them, from a short decoding
    at each L (the first method of each K): the rest of a step as a line a + b L (first call on the
    pending tokens, warping and sampling, the verifier's bookkeeping, the commit) and the prefill;
-   predicted tokens/s = k / (L t_d + t_T(L) + t_v(L) + a + b L + k t_prefill / N).
+   predicted tokens/s = k / (L t_d + t_T(L) + t_v(L) + a + b L + k t_prefill / N). The line is
+   fitted to the engine's steps less the calls timed alone and less the verifier's time as the
+   engine measured it on those same steps, so that one verifier's timing (a handful of windows,
+   open to a load spike) prices that verifier only: taken from its isolated timing, a spike had made
+   the line, hence another method's predicted step, negative (3 of 30 runs beside two busy loops).
 The recommendation is the best setting by an unbiased estimate; a better one by an approximation
 is named beside it (``--verify`` measures both).
 
@@ -357,8 +361,9 @@ def _calibrate(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
                model_seconds: list[float], settings: TuneSettings) -> tuple[tuple[float, ...], float]:
     """Step 3's engine terms for K = ``k``: ``spec`` decoded briefly at each L (prompts in turn);
     per L the mean wall time of a step after the first (the time outside the steps' calls spread
-    over all steps) against ``model_seconds[L]`` (draft + target + verify of ``spec``), and the
-    first step's excess (the prefill). Returns (overhead [L_max + 1], prefill)."""
+    over all steps) less the verifier's time the engine measured on those steps, against
+    ``model_seconds[L]`` (the draft and target calls timed alone), and the first step's excess (the
+    prefill). Returns (overhead [L_max + 1], prefill)."""
     lengths, engine, prefills = [], [], []
     tokens = min(settings.max_new_tokens, 4 * (settings.max_draft_length + 1))
     for length in range(1, settings.max_draft_length + 1):
@@ -371,7 +376,8 @@ def _calibrate(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
             continue
         outside = (result.seconds - sum(calls)) / len(calls)
         lengths.append(length)
-        engine.append(statistics.fmean(calls[1:]) + outside)
+        verify = statistics.fmean(s.verify_seconds for s in result.steps[1:])  # each method's is priced alone
+        engine.append(statistics.fmean(calls[1:]) + outside - verify)
         prefills.append(calls[0] - statistics.fmean(calls[1:]))
     if not lengths:
         raise ValueError(f"max_new_tokens = {settings.max_new_tokens}: too few for two steps of {spec}")
@@ -401,8 +407,7 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompts: list[lis
     for k in draft_seconds:  # one method per K runs the engine: the first of the settings
         method = next(m for m, kk in settings.settings() if kk == k)
         spec = _spec(dict(method=method, num_drafts=k))
-        model = [draft_seconds[k][length] + target_seconds[k][length] + verify_seconds.get((method, k, length), 0.0)
-                 for length in range(settings.max_draft_length + 1)]
+        model = [draft_seconds[k][length] + target_seconds[k][length] for length in range(settings.max_draft_length + 1)]
         overhead[k], prefill[k] = _calibrate(target, draft, prompts, spec, k, model, settings)
     ar = generate(target, None, prompts[0], "ar", max_new_tokens=min(64, settings.max_new_tokens), ignore_eos=True,
                   temperature=settings.temperature, seed=settings.seed)

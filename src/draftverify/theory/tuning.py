@@ -364,9 +364,11 @@ class StepCosts:
 def fit_overhead(draft_lengths, engine_seconds, model_seconds, max_draft_length: int) -> tuple[float, ...]:
     """``overhead[L]`` for L = 0..``max_draft_length``: the least-squares line a + b L through what
     the engine spent per step beyond the modelled terms, ``engine_seconds`` [M] (a step's wall time,
-    the prefill left out) minus ``model_seconds`` [M] (draft + target + verify of
-    :class:`StepCosts` for the same steps), over steps with ``draft_lengths`` [M]. Not clipped: a
-    negative value says the modelled calls cost more alone than inside the engine."""
+    the prefill left out, less whatever the caller prices separately: ``bench tune`` takes out the
+    verifier's time measured on those steps) minus ``model_seconds`` [M] (the terms of
+    :class:`StepCosts` timed alone for the same steps: ``bench tune``'s draft + target), over steps
+    with ``draft_lengths`` [M]. Not clipped: a negative value says the modelled calls cost more alone
+    than inside the engine."""
     engine = _validate.as_float_array(engine_seconds, "engine_seconds")
     model = _validate.as_float_array(model_seconds, "model_seconds")
     if engine.shape != model.shape:
