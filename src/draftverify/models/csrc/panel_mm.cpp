@@ -48,8 +48,8 @@ namespace {
 
 #define UNROLL _Pragma("GCC unroll 32")  // loops over R and U (up to 24): the accumulators stay in registers
 
-constexpr int64_t kPanel = 16;  // columns of an AVX2 panel (two ymm), of a half of an AVX-512 one (a zmm), of a block-format panel
-constexpr int64_t kWide = 32;  // columns of an AVX-512 float32 / int8 panel
+constexpr int64_t kPanel = 16;  // columns of an AVX2 panel (two ymm), of an AVX-512 int8 or block-format one (a zmm)
+constexpr int64_t kWide = 32;  // columns of an AVX-512 float32 panel (two zmm)
 constexpr int64_t kMaxRows = 6;
 constexpr int64_t kPrefetch = 1024;  // bytes of W ahead of the ones being read (AVX2)
 
@@ -211,8 +211,9 @@ double fma_chains512(int64_t steps, float* sink) {
 }
 
 // bytes of W ahead of the ones being read: with 16-column panels 2048 ran 17 rows 8-15% faster than
-// 1024 and 9 rows ~5%, one row alike (no prefetch ran 5-17 rows 30-50% slower); with 32-column panels
-// 4096 (the same 32 k-steps ahead) ran 5-12 rows up to 6% faster than 8192 in a standalone probe
+// 1024 and 9 rows ~5%, one row alike (no prefetch ran 5-17 rows 30-50% slower); with 32-column float32
+// panels 4096 (the same 32 k-steps ahead) ran 5-12 rows up to 6% faster than 8192 in a standalone
+// probe; int8 panels (16 bytes a k-step, 256 ahead) ran as with 2048 (576x1536, 5 rows 85 us both)
 constexpr int64_t kPrefetch512 = 4096;
 // rows of a block: both halves of a float32 panel in one pass take 28 accumulators, 2 weight vectors
 // and a broadcast; the block formats split their rows alike (bit-identical products)
