@@ -109,17 +109,18 @@ class ExactnessReport:
 def draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length: int, source):
     """K i.i.d. draft continuations of ``prefix`` drawn from ``pair``'s draft, as a verifier takes
     them: tokens [K, L], draft_probs [K, L, V], target_probs [K, L+1, V] (float64), each draft's
-    law at its depth in the call (:meth:`KnownLawPair.draft_conditionals`). ``source`` is a
-    BranchingSource (enumeration: every draft is a branch) or a numpy Generator (Monte Carlo)."""
+    law at its depth in the call (:meth:`KnownLawPair.draft_conditional`, the row each token is
+    drawn from). ``source`` is a BranchingSource (enumeration: every draft is a branch) or a numpy
+    Generator (Monte Carlo)."""
     tokens = np.zeros((num_drafts, length), dtype=np.int64)
+    draft_probs = np.zeros((num_drafts, length, pair.vocab_size))
     for k in range(num_drafts):
         for i in range(length):
-            row = pair.draft_conditional(prefix, tokens[k, :i])
+            row = draft_probs[k, i] = pair.draft_conditional(prefix, tokens[k, :i])
             if isinstance(source, BranchingSource):
                 tokens[k, i] = source.categorical(torch.from_numpy(row))
             else:  # the numpy generator's uniform, through the one inverse CDF
                 tokens[k, i] = int(inverse_cdf(torch.from_numpy(row)[None], torch.tensor([source.random()]))[0])
-    draft_probs = np.stack([pair.draft_conditionals(prefix, tokens[k, :-1]) for k in range(num_drafts)])
     target_probs = np.stack([pair.target.conditionals(prefix, tokens[k]) for k in range(num_drafts)])
     return torch.from_numpy(tokens), torch.from_numpy(draft_probs), torch.from_numpy(target_probs)
 

@@ -110,13 +110,6 @@ class KnownLawPair:
         model = self.deeper_draft if self.deeper_draft is not None and len(drafted) else self.draft
         return model.conditional(list(prefix) + [int(t) for t in drafted])
 
-    def draft_conditionals(self, prefix, continuation) -> np.ndarray:
-        """The draft's laws [n + 1, V] at a call starting after ``prefix`` that drafted
-        ``continuation`` (n tokens): row i after prefix + continuation[:i], at depth i + 1."""
-        rows = self.draft.conditionals(prefix, continuation)
-        if self.deeper_draft is not None:
-            rows[1:] = self.deeper_draft.conditionals(prefix, continuation)[1:]
-        return rows
 
 
 def random_pair(
