@@ -133,6 +133,12 @@ def test_packing_puts_width_columns_per_panel_and_zero_pads_the_last():
     assert pack(weight, 16).shape == (3, 3, 16)
     assert panel_mm.panel_width("avx512", None) == 32
     assert panel_mm.panel_width("avx512", "int8") == panel_mm.panel_width("avx2", None) == 16
+    for bad in (("sse2", None), ("avx512", "bf16")):
+        with pytest.raises(ValueError, match="isa|quantize"):
+            panel_mm.panel_width(*bad)
+    for weight_, width in ((torch.ones(3), 16), (weight, 0)):
+        with pytest.raises(ValueError, match="width"):
+            pack(weight_, width)
 
 
 @needs_panel

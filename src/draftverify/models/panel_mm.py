@@ -177,11 +177,17 @@ def panel_width(isa: str, quantize: str | None) -> int:
     """Output columns of a panel the kernel reads in instruction set ``isa``: 32 for float32 weights
     on AVX-512 (two registers a row), else 16 (two AVX registers; for int8 on AVX-512 one register,
     each weight converted once for up to 24 rows)."""
+    if isa not in ISAS:
+        raise ValueError(f"isa must be one of {ISAS}, got {isa!r}")
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
     return 32 if isa == "avx512" and quantize is None else 16
 
 
 def pack(weight: torch.Tensor, width: int) -> torch.Tensor:
     """weight [K, N] -> panels [ceil(N / width), K, width] (the last zero-padded), contiguous."""
+    if weight.dim() != 2 or width < 1:
+        raise ValueError(f"weight must be a matrix [K, N] and width >= 1, got shape {tuple(weight.shape)} and width {width}")
     k, n = weight.shape
     count = -(-n // width)
     padded = weight.new_zeros(k, count * width)
