@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from draftverify.engine import DecodeConfig, Decoder, generate, generate_batch
@@ -20,7 +22,13 @@ def pair():
 
 
 def given_costs(max_length: int = 3) -> AutoDraftLength:
-    return AutoDraftLength(1, max_length, prior_weight=0.5, draft_cost=0.2, target_costs=(1.0,) * max_length)
+    return AutoDraftLength(1, max_length, prior_weight=0.5, draft_cost=0.2, target_costs=(1.0,) * (max_length + 1))
+
+
+def sometimes_ar(max_length: int = 3) -> AutoDraftLength:
+    """Given costs under which L = 0 (a step of the target alone) wins whenever the estimated
+    acceptance at position 1 is below 0.7 (as the prior 0.6 is), with a probe every second ar step."""
+    return AutoDraftLength(0, max_length, prior_weight=0.5, draft_cost=0.7, target_costs=(1.0,) * (max_length + 1), probe=2)
 
 
 def test_heuristic_is_transformers_schedule():
@@ -32,7 +40,7 @@ def test_heuristic_is_transformers_schedule():
 
 
 def test_auto_maximises_predicted_tokens_per_second():
-    policy = AutoDraftLength(1, 6, prior_weight=1e-9, draft_cost=0.1, target_costs=(1.0,) * 6)
+    policy = AutoDraftLength(1, 6, prior_weight=1e-9, draft_cost=0.1, target_costs=(1.0,) * 7)
     state = policy.initial()
     for accepted in [6] * 50:  # every position accepted: beta = 1, the longest draft pays most
         state = policy.update(state, 6, accepted, None)
@@ -40,8 +48,52 @@ def test_auto_maximises_predicted_tokens_per_second():
     for accepted in [0] * 500:  # almost nothing accepted: the shortest
         state = policy.update(state, 6, accepted, None)
     assert policy.choose(state) == 1
-    bounded = AutoDraftLength(2, 3, draft_cost=0.1, target_costs=(1.0,) * 3)
+    bounded = AutoDraftLength(2, 3, draft_cost=0.1, target_costs=(1.0,) * 4)
     assert bounded.choose(bounded.update(bounded.initial(), 3, 0, None)) == 2
+
+
+def test_auto_chooses_the_target_alone_where_drafting_cannot_pay_and_probes_again():
+    """A target call of 2 tokens at 2.5 one-token calls: at acceptance 0.5 no L pays, so L = 0;
+    an ar step tests nothing (the estimates stay), and after ``probe`` of them in a row one step
+    drafts at the best L >= 1; once the draft is always accepted, drafting wins."""
+    policy = AutoDraftLength(0, 3, prior_weight=1e-9, draft_cost=0.1, target_costs=(1.0, 2.5, 2.6, 2.7), probe=3)
+    state = policy.initial()
+    for _ in range(20):
+        state = policy.update(state, 1, 0, None) if policy.choose(state) else state
+        state = policy.update(state, 3, 1, None)
+    assert policy.choose(state) == 0
+    assert dataclasses.replace(policy, min_length=1).choose(state) == 1  # without L = 0 among the choices
+    chosen = []
+    for _ in range(8):
+        chosen.append(policy.choose(state))
+        state = policy.update(state, chosen[-1], 0, None)
+    assert chosen == [0, 0, 0, 1, 0, 0, 0, 1]  # the probe drafts at the best L >= 1
+    for _ in range(40):
+        state = policy.update(state, 3, 3, None)
+    assert policy.choose(state) == 3
+
+
+def test_auto_measures_one_ar_step_then_uses_its_mean():
+    """With measured costs L = 0 is not predicted from the lines of L >= 1: once a drafting step
+    was measured, one ar step is taken to measure it, and t_step(0) is then the mean of those, with
+    the draft's catch-up after them (a draft phase that read more than 2 tokens) charged to them
+    and left out of the draft's line; the rest of every step, ar steps included, makes the rest's."""
+    times = iter([0.0, 3.0, 4.0, 5.0, 6.5, 10.4])
+    policy = AutoDraftLength(0, 4, clock=lambda: next(times))
+    state = policy.update(policy.initial(), 4, 4, StepSeconds(1.0, 4, 1.0))  # prefill: starts the clock
+    state = policy.update(state, 4, 4, StepSeconds(1.0, 4, 2.0))  # 3 s: 1 drafting, 2 the rest
+    assert policy.choose(state) == 0
+    state = policy.update(state, 0, 0, StepSeconds(0.0, 0, 1.0))  # the ar step: 1 s
+    assert policy.step_seconds(state)[0] == pytest.approx(1.0) and state.undrafted == 1
+    state = policy.update(state, 0, 0, StepSeconds(0.0, 0, 1.0))  # another: 1 s
+    state = policy.update(state, 0, 0, StepSeconds(0.0, 0, 1.5))  # and 1.5 s
+    assert policy.step_seconds(state)[0] == pytest.approx(3.5 / 3) and state.tested == (2.0,) * 4  # ar tests nothing
+    assert policy.choose(state) == 4  # 3.36 tokens expected in 3 s beat 1 token in 1.17 s
+    caught_up = policy.update(state, 4, 4, StepSeconds(1.9, 4, 2.0, draft_read=4))  # 3.9 s: 0.9 over the 3.0 predicted
+    assert caught_up.drafted == state.drafted and caught_up.measured[4] == 2 and caught_up.undrafted == 0
+    assert policy.step_seconds(caught_up)[0] == pytest.approx((3.5 + 0.9) / 3)  # the 0.9 s the draft caught up on
+    # the rest's line through the ar steps (1.17 s at L = 0) and the two at L = 4 (2 s each); the draft's 1 s
+    assert policy.step_seconds(caught_up)[2] == pytest.approx(0.5 + (3.5 / 3 + 2.0) / 2)
 
 
 def test_auto_measures_whole_steps_when_costs_are_not_given():
@@ -49,23 +101,24 @@ def test_auto_measures_whole_steps_when_costs_are_not_given():
     included: its draft phase as a line through 0 while one L was seen, the rest flat; two L give
     two least-squares lines."""
     times = iter([10.0, 12.0, 13.4, 14.6])
-    policy = AutoDraftLength(1, 8, clock=lambda: next(times))
+    policy = AutoDraftLength(1, 8, clock=lambda: next(times))  # min_length 1: no ar step
     state = policy.initial()
     assert policy.step_seconds(state) is None and policy.choose(state) == 4
     state = policy.update(state, 4, 4, StepSeconds(9.0, 4, 9.0))  # the first step: prefill, starts the clock
     assert policy.step_seconds(state) is None
     state = policy.update(state, 4, 4, StepSeconds(0.4, 4, 1.0))  # 2.0 s in all: 0.4 drafting, 1.6 the rest
-    assert policy.step_seconds(state) == pytest.approx([1.6 + 0.1 * length for length in range(1, 9)])
+    assert policy.step_seconds(state) == pytest.approx([1.6 + 0.1 * length for length in range(9)])
     state = policy.update(state, 2, 2, StepSeconds(0.2, 2, 0.8))  # 1.4 s: 0.2 drafting, 1.2 the rest
-    assert policy.step_seconds(state) == pytest.approx([0.8 + 0.3 * length for length in range(1, 9)])
+    assert policy.step_seconds(state) == pytest.approx([0.8 + 0.3 * length for length in range(9)])
     state = policy.update(state, 2, 0, StepSeconds(0.2, 2, 0.8))  # 1.2 s: the rest 1.0
-    assert policy.step_seconds(state)[1] == pytest.approx(0.2 + 1.1)  # means at L = 2 over two steps
+    assert policy.step_seconds(state)[2] == pytest.approx(0.2 + 1.1)  # means at L = 2 over two steps
 
 
 @pytest.mark.parametrize("make", [
     lambda: AutoDraftLength(3, 2), lambda: HeuristicDraftLength(0, 2), lambda: HeuristicDraftLength(2, 4, 5),
-    lambda: AutoDraftLength(1, 2, draft_cost=0.1), lambda: AutoDraftLength(1, 2, draft_cost=0.1, target_costs=(1.0,)),
-    lambda: draft_length_policy("sometimes"), lambda: DecodeConfig("sprinter", draft_length="auto"),
+    lambda: AutoDraftLength(1, 2, draft_cost=0.1), lambda: AutoDraftLength(1, 2, draft_cost=0.1, target_costs=(1.0,) * 2),
+    lambda: AutoDraftLength(-1, 2), lambda: AutoDraftLength(0, 0), lambda: AutoDraftLength(probe=0),
+    lambda: draft_length_policy("heuristic", min_length=0), lambda: draft_length_policy("sometimes"), lambda: DecodeConfig("sprinter", draft_length="auto"),
     lambda: DecodeConfig("ar", draft_length="auto"),
 ])
 def test_bad_settings(make):
@@ -75,6 +128,7 @@ def test_bad_settings(make):
 
 def test_config_reads_the_policy_names():
     assert isinstance(DecodeConfig("sd", draft_length="auto").length_policy, AutoDraftLength)
+    assert DecodeConfig("sd", draft_length="auto").length_policy.min_length == 0
     heuristic = DecodeConfig("bv", draft_length="heuristic")
     assert isinstance(heuristic.length_policy, HeuristicDraftLength) and heuristic.length == 8
     assert DecodeConfig("sd", draft_length=3).length_policy is None
@@ -88,6 +142,18 @@ def test_engine_law_with_a_length_per_prompt(pair, method, num_drafts):
     results = generate_batch(*toy_models(pair), [[1]] * samples, method,
                              num_drafts=num_drafts, draft_length=given_costs(), max_new_tokens=NUM_TOKENS, seed=4)
     assert {s.draft_length for r in results for s in r.steps} == {1, 2, 3}
+    law = conditional_law(pair.target, [1], NUM_TOKENS)
+    assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
+
+
+@pytest.mark.parametrize("method,num_drafts", [("sd", None), ("bv", None), ("gbv", None), ("kseq", 2)])
+def test_engine_law_with_steps_of_the_target_alone(pair, method, num_drafts):
+    """Prompts decoded one by one with L = 0 among the choices: ar steps between drafting steps,
+    the draft catching up on what it missed; gbv's pending modification keeps L >= 1."""
+    samples = 800 if method in ("kseq", "gbv") else 1500
+    results = [generate(*toy_models(pair), [1], method, num_drafts=num_drafts, draft_length=sometimes_ar(),
+                        max_new_tokens=NUM_TOKENS, seed=seed) for seed in range(samples)]
+    assert {s.draft_length for r in results for s in r.steps} >= {0, 1}
     law = conditional_law(pair.target, [1], NUM_TOKENS)
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
 
@@ -110,4 +176,21 @@ def test_caches_hold_with_ragged_lengths_and_seeded_runs_repeat(pair):
     again = generate(*toy_models(pair), [1, 2], "bv", draft_length=given_costs(), seed=9)
     assert first.tokens == again.tokens and [s.draft_length for s in first.steps] == [s.draft_length for s in again.steps]
     measured = generate(*toy_models(pair), [1, 2], "sd", draft_length="auto", max_new_tokens=40)
-    assert len(measured.tokens) == 40 and all(1 <= s.draft_length <= 8 for s in measured.steps)
+    assert len(measured.tokens) == 40 and all(0 <= s.draft_length <= 8 for s in measured.steps)
+
+
+def test_a_batch_takes_an_ar_step_only_when_every_prompt_chose_it(pair):
+    """Rows whose policies disagree (one always accepting, one never): the step drafts, and a row
+    that chose L = 0 verifies one token; caches hold through ar steps and drafting steps."""
+    prompts = [[1], [2, 0], [0, 0, 1, 2]]
+    decoder = Decoder(*toy_models(pair), prompts, DecodeConfig("sd", draft_length=sometimes_ar(), max_new_tokens=16, seed=3))
+    lengths = []
+    while not decoder.done:
+        rows = len(decoder.active)
+        chosen = [decoder.config.length_policy.choose(decoder.length_states[p]) for p in decoder.active]
+        steps = decoder.step()
+        decoder.check_caches()
+        taken = [s.stats.draft_length for s in steps]
+        assert taken == ([0] * rows if not any(chosen) else [max(n, 1) for n in chosen])
+        lengths += taken
+    assert 0 in lengths and max(lengths) >= 1

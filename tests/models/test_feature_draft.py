@@ -14,6 +14,7 @@ from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.models.feature_draft import FeatureDraft, FeatureHead, _Backend, is_feature_draft
 from draftverify.models.hf import TransformersModel
 from draftverify.testing import goodness_of_fit
+from tests.engine.test_draft_length import sometimes_ar
 from tests.factories import tiny_feature_pair
 from tests.verify.broken_twins import AcceptAll
 
@@ -151,6 +152,19 @@ def test_ragged_batches_keep_the_cache_invariant(method, num_drafts):
     assert all(len(decoder.generated(i)) == 10 for i in range(len(prompts)))
 
 
+def test_steps_of_the_target_alone_leave_the_draft_to_catch_up_from_the_targets_features():
+    """L = 0 steps (a draft-length policy's ar steps) between drafting steps: the draft then reads
+    several pending tokens with the features the target kept for them; the caches hold throughout."""
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    prompts = [[1], [2, 0, 5], [0, 3, 1, 2, 7, 7]]
+    decoder = Decoder(target, draft, prompts, DecodeConfig("sd", draft_length=sometimes_ar(4), max_new_tokens=24))
+    lengths = []
+    while not decoder.done:
+        lengths += [s.stats.draft_length for s in decoder.step()]
+        decoder.check_caches()
+    assert 0 in lengths and max(lengths) >= 1
+
+
 def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, vocab: int) -> np.ndarray:
     """The target's exact law [V ** n] of the n tokens after ``prompt``, enumerated."""
     law = []
@@ -162,11 +176,13 @@ def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, v
     return np.array(law)
 
 
-@pytest.mark.parametrize("method", ["sd", AcceptAll()], ids=["sd", "accept-all"])
-def test_the_engine_with_a_feature_draft_samples_the_targets_law(method):
+@pytest.mark.parametrize("method,draft_length", [("sd", 2), (AcceptAll(), 2), ("sd", "ar-steps")],
+                         ids=["sd", "accept-all", "sd-with-ar-steps"])
+def test_the_engine_with_a_feature_draft_samples_the_targets_law(method, draft_length):
     vocab, num_tokens, samples = 3, 3, 2000
     target, draft = tiny_feature_pair(vocab, torch.tensor([0, 2]), seed=4, quantize="int8")  # the default draft's products
-    results = generate_batch(target, draft, [[1]] * samples, method, draft_length=2, max_new_tokens=num_tokens, seed=0)
+    draft_length = sometimes_ar(2) if draft_length == "ar-steps" else draft_length
+    results = generate_batch(target, draft, [[1]] * samples, method, draft_length=draft_length, max_new_tokens=num_tokens, seed=0)
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
     counts = np.bincount([int(np.dot(r.tokens, weights)) for r in results], minlength=vocab**num_tokens)
     p_value = goodness_of_fit(counts, _target_law(target, [1], num_tokens, vocab))[0]

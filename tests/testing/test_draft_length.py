@@ -6,6 +6,8 @@ picks along the way), and the checker's Monte Carlo test with its power against 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,12 @@ NUM_TOKENS = 3
 
 def auto_policy(max_length: int = 3) -> AutoDraftLength:
     """Given costs, so L depends on the acceptance seen so far only (and varies over the first calls)."""
-    return AutoDraftLength(1, max_length, prior_weight=0.5, draft_cost=0.2, target_costs=(1.0,) * max_length)
+    return AutoDraftLength(1, max_length, prior_weight=0.5, draft_cost=0.2, target_costs=(1.0,) * (max_length + 1))
+
+
+def sometimes_ar(max_length: int = 3) -> AutoDraftLength:
+    """Given costs under which L = 0 (an ar step) wins while the acceptance seen is low."""
+    return AutoDraftLength(0, max_length, prior_weight=0.5, draft_cost=0.7, target_costs=(1.0,) * (max_length + 1), probe=2)
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +36,16 @@ def pair():
 
 
 @pytest.mark.parametrize("method", ["sd", "bv", "gbv"])  # gbv: L never below its pending modification
-@pytest.mark.parametrize("policy", [auto_policy(), HeuristicDraftLength(1, 3, 1)], ids=["auto", "heuristic"])
+@pytest.mark.parametrize("policy", [auto_policy(), sometimes_ar(), HeuristicDraftLength(1, 3, 1)],
+                         ids=["auto", "auto-with-ar-steps", "heuristic"])
 def test_policies_keep_the_law_exactly(pair, method, policy):
     law = exact_sequence_law(get_verifier(method), pair, draft_length=policy, num_tokens=NUM_TOKENS)
     assert np.abs(law - pair.target.law(NUM_TOKENS)).max() < 1e-12
 
 
-def test_the_auto_length_varies_along_a_decoding(pair):
-    """Otherwise the enumeration above would check a fixed L only."""
+@pytest.mark.parametrize("make,expected", [(auto_policy, {1, 2, 3}), (sometimes_ar, {0, 1, 2, 3})])
+def test_the_auto_length_varies_along_a_decoding(pair, make, expected):
+    """Otherwise the enumeration above would check a fixed L only (or never an ar step)."""
     lengths = []
 
     class Recording(AutoDraftLength):
@@ -44,11 +53,11 @@ def test_the_auto_length_varies_along_a_decoding(pair):
             lengths.append(super().choose(state))
             return lengths[-1]
 
-    policy = Recording(1, 3, prior_weight=0.5, draft_cost=0.2, target_costs=(1.0,) * 3)
+    policy = Recording(**{f.name: getattr(make(), f.name) for f in dataclasses.fields(AutoDraftLength)})
     generator, rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
     for _ in range(30):
         decode_known_law(get_verifier("sd"), pair, 1, policy, 12, generator, rng)
-    assert set(lengths) == {1, 2, 3}
+    assert set(lengths) == expected
 
 
 def test_picking_the_length_from_the_draft_breaks_the_law(pair):
@@ -57,6 +66,24 @@ def test_picking_the_length_from_the_draft_breaks_the_law(pair):
     assert not check_exactness(PeekingLength(), pair, draft_length=2, num_tokens=NUM_TOKENS, samples=6000).passed()
 
 
-def test_the_checker_passes_auto(pair):
-    report = check_exactness(get_verifier("sd"), pair, draft_length=auto_policy(), num_tokens=NUM_TOKENS, samples=3000)
+@pytest.mark.parametrize("make", [auto_policy, sometimes_ar])
+def test_the_checker_passes_auto(pair, make):
+    report = check_exactness(get_verifier("sd"), pair, draft_length=make(), num_tokens=NUM_TOKENS, samples=3000)
     assert report.passed() and report.draft_length == 3
+
+
+def test_an_ar_step_that_ignored_the_target_would_be_caught(pair, monkeypatch):
+    """The L = 0 path is under test too: a twin drawing its ar steps from the draft fails."""
+    from draftverify.testing import checker
+
+    real = checker._call
+
+    def from_the_draft(verifier, pair, prefix, num_drafts, length, state, source, draft_source):
+        if length:
+            return real(verifier, pair, prefix, num_drafts, length, state, source, draft_source)
+        row = pair.draft_conditional(prefix, [])
+        return (checker.categorical(torch.from_numpy(row), source),), state, 0
+
+    monkeypatch.setattr(checker, "_call", from_the_draft)
+    law = exact_sequence_law(get_verifier("sd"), pair, draft_length=sometimes_ar(), num_tokens=NUM_TOKENS)
+    assert np.abs(law - pair.target.law(NUM_TOKENS)).max() > 1e-3

@@ -12,7 +12,7 @@ from ..engine.config import GREEDY  # the verifier of temperature-0 decoding (dr
 from ..models.gpt2 import QUANTIZE
 from ..verify import MethodSpec, parse_method, typed_options
 
-__all__ = ["GREEDY", "DraftFolder", "DraftLength", "JsonFile", "LengthBound", "OptionItems", "Quantize", "Seed", "TargetFolder",
+__all__ = ["GREEDY", "DraftFolder", "DraftLength", "JsonFile", "MaxLength", "MinLength", "OptionItems", "Quantize", "Seed", "TargetFolder",
            "draft_length_from_args", "method_from_args"]
 
 
@@ -37,9 +37,11 @@ DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model f
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 DraftLength = Annotated[str | None, typer.Option(
     metavar="L|auto|heuristic", help="L, tokens per draft; auto: each step's L chosen from the decoding's past "
-    "(predicted tokens/s); heuristic: transformers' schedule (+2 after a fully accepted draft, -1 otherwise).",
+    "(predicted tokens/s; L = 0, a step of the target alone, where drafting does not pay); heuristic: transformers' schedule (+2 after a fully accepted draft, -1 otherwise).",
     show_default="4")]
-LengthBound = Annotated[int | None, typer.Option(min=1, help="A bound on L for auto and heuristic.", show_default="1 and 8")]
+MinLength = Annotated[int | None, typer.Option(min=0, help="The least L auto and heuristic choose; 0: auto may take "
+                                                "steps of the target alone (heuristic needs >= 1).", show_default="0 for auto, 1 for heuristic")]
+MaxLength = Annotated[int | None, typer.Option(min=1, help="The largest L auto and heuristic choose.", show_default="8")]
 
 
 def draft_length_from_args(text: str | None, min_length: int | None, max_length: int | None):

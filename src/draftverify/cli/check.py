@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from ._options import GREEDY, LengthBound, OptionItems, Seed, draft_length_from_args, method_from_args
+from ._options import GREEDY, MaxLength, MinLength, OptionItems, Seed, draft_length_from_args, method_from_args
 from ._progress import progress_bar
 
 __all__ = ["check", "EXIT_CODES"]
@@ -31,8 +31,8 @@ def check(
                                                      "heuristic: chosen per call from the past calls (auto with costs "
                                                      "draft 0.2, target 1 per call, so L follows the acceptance).",
                                                      show_default="2")] = None,
-    min_draft_length: LengthBound = None,
-    max_draft_length: LengthBound = None,
+    min_draft_length: MinLength = None,
+    max_draft_length: MaxLength = None,
     samples: Annotated[int, typer.Option(min=1, help="Decoded sequences.")] = 20000,
     tokens: Annotated[int, typer.Option(min=1, help="N, the length of the law tested.")] = 4,
     vocab: Annotated[int, typer.Option(min=2, help="Vocabulary of the Markov pair.")] = 4,
@@ -76,7 +76,7 @@ def check(
                          "target's law: check a sampling verifier such as sd")
     verifier = get_verifier(method.name, **method.options)
     if isinstance(policy, AutoDraftLength):  # no timings here: fixed relative costs
-        length = dataclasses.replace(policy, draft_cost=0.2, target_costs=(1.0,) * policy.max_length)
+        length = dataclasses.replace(policy, draft_cost=0.2, target_costs=(1.0,) * (policy.max_length + 1))
     pair = random_pair(vocab_size=vocab, order=order, seed=seed, depth_dependent=depth_dependent_draft)
     with progress_bar(ctx) as progress:
         task = progress.add_task(f"sequences through {name}", total=samples)

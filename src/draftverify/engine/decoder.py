@@ -140,12 +140,15 @@ class Decoder:
     def row_lengths(self, length: int) -> list[int]:
         """Each active prompt's L this step: ``length`` (the step's L, see :meth:`draft_length`), or
         with a draft-length policy its choice from that prompt's past, at least a gbv state's pending
-        modification and at most ``length``."""
+        modification and at most ``length``. L = 0 (an ``ar`` step) holds only when every prompt
+        chose it: where another prompt drafts, the batch's draft forwards run and its target call
+        scores L + 1 positions of every row anyway, so a prompt that chose 0 verifies one token."""
         policy = self.config.length_policy
         if policy is None:
             return [length] * len(self.active)
-        return [min(length, max(policy.choose(self.length_states[p]), ModificationStack.min_draft_length(self.states[p])))
-                for p in self.active]
+        lengths = [min(length, max(policy.choose(self.length_states[p]), ModificationStack.min_draft_length(self.states[p])))
+                   for p in self.active]
+        return [max(n, 1) for n in lengths] if any(lengths) else lengths
 
     def observe(self, lengths: list[int], accepted: list[int], seconds: StepSeconds) -> None:
         """A draft-length policy sees what each active prompt's step accepted (after verification)."""

@@ -14,13 +14,25 @@ too comes from the past.
 - :class:`AutoDraftLength` (``draft_length="auto"``): maximises predicted tokens per second,
   E(L) / t_step(L), with E(L) = 1 + sum_{l<=L} prod_{i<=l} beta_i (seed 002's expected
   tokens per step, written with per-position acceptance as :func:`draftverify.theory.acceptance_profile`
-  does) and beta_i a running estimate of P(position i accepted | positions < i accepted). The costs
-  are given (``draft_cost``, ``target_costs``: t_step(L) = L t_d + t_T(L), any one unit), or
-  measured from the decoding's own steps: the whole wall time of a step (its draft phase, target
-  call, verification, commit and the engine's bookkeeping, from one update to the next) as two
-  least-squares lines in L, the draft phase's and the rest's (the terms of
-  :class:`draftverify.theory.tuning.StepCosts`). Then the choice of L, though not the law, depends
-  on the machine's timings, and :meth:`~AutoDraftLength.update` reads a clock.
+  does) and beta_i a running estimate of P(position i accepted | positions < i accepted). L = 0 is
+  one of its choices: a step of the target alone (``ar``: E(0) = 1 token, t_step(0) a one-token
+  call), so where drafting cannot pay (a target whose multi-token call is dear, a draft that the
+  target rarely agrees with) the decoding runs at the speed of ``ar`` instead of below it; the draft
+  catches up on the tokens it missed at the next step that drafts. The costs are given
+  (``draft_cost``, ``target_costs``: t_step(L) = L t_d + t_T(L), any one unit), or measured from
+  the decoding's own steps: the whole wall time of a step (its draft phase, target call,
+  verification, commit and the engine's bookkeeping, from one update to the next) as two
+  least-squares lines in L, the draft phase's (L >= 1) and the rest's (L >= 0: an ``ar`` step's
+  one-token call is its point at 0; the terms of :class:`draftverify.theory.tuning.StepCosts`),
+  and at L = 0 the mean of the measured ``ar`` steps. Then the choice of L, though not the law,
+  depends on the machine's timings, and :meth:`~AutoDraftLength.update` reads a clock. A draft
+  phase whose first forward reads more than the 1 or 2 tokens it reads when the draft missed none
+  (``StepSeconds.draft_read``) catches up, on a prompt (a feature draft, at step 2) or on the
+  tokens of ``ar`` steps: it is left out of the draft's line, and its excess over the line is
+  charged to the ar steps before it (what they cost beside the target's call). A step at L = 0 tests no position, so it leaves
+  the acceptance estimates as they were: after ``probe`` of them in a row one step drafts (at the
+  best L >= 1) to measure again, and with measured costs the first L = 0 step is taken once to
+  measure it rather than trusting the lines' extrapolation to L = 0.
 - :class:`HeuristicDraftLength` (``draft_length="heuristic"``): transformers'
   ``num_assistant_tokens_schedule="heuristic"``, L + 2 after a fully accepted draft, L - 1 otherwise.
 """
@@ -39,16 +51,20 @@ __all__ = ["AUTO", "HEURISTIC", "AutoDraftLength", "AutoState", "DraftLengthPoli
 
 AUTO, HEURISTIC = "auto", "heuristic"
 MAX_LENGTH = 8  # the default upper bound on L of both policies
+CAUGHT_UP = 2  # the most tokens a draft reads before drafting when it missed none (after a fully accepted draft)
 
 
 @dataclass(frozen=True)
 class StepSeconds:
     """What one step cost: its draft forwards (``draft_calls`` of them), and its target call with
-    the verification after it (the part of a step that does not grow with the draft's forwards)."""
+    the verification after it (the part of a step that does not grow with the draft's forwards);
+    ``draft_read``, the tokens its first draft forward read (1, or 2 after a fully accepted draft;
+    more where the draft catches up: after ``ar`` steps, or a feature draft's prompt at step 2)."""
 
     draft_seconds: float
     draft_calls: int
     target_seconds: float
+    draft_read: int = 1
 
 
 class DraftLengthPolicy(Protocol):
@@ -62,10 +78,10 @@ class DraftLengthPolicy(Protocol):
     def update(self, state: object, draft_length: int, accepted: int, seconds: StepSeconds | None) -> object: ...
 
 
-def _check_bounds(policy) -> None:
-    if policy.min_length < 1:
-        raise ValueError(f"min_length must be >= 1, got {policy.min_length}")
-    if policy.max_length < policy.min_length:
+def _check_bounds(policy, lowest: int) -> None:
+    if policy.min_length < lowest:
+        raise ValueError(f"min_length must be >= {lowest}, got {policy.min_length}")
+    if policy.max_length < max(policy.min_length, 1):
         raise ValueError(f"the bounds on L exclude every length: min_length = {policy.min_length} > "
                          f"max_length = {policy.max_length}")
 
@@ -73,67 +89,78 @@ def _check_bounds(policy) -> None:
 @dataclass(frozen=True)
 class AutoState:
     """Per position i = 1..max_length: (decayed) counts of steps that tested and that accepted it;
-    the steps seen; per L = 1..max_length the measured steps, their draft phases' seconds and the
-    rest of their wall time (the first step is left out: it holds the prefill); the clock at the
-    last update (None before it, or with given costs)."""
+    the steps seen; per L = 0..max_length the measured steps and the rest of their wall time
+    beside the draft phase (the first step is left out: it holds the prefill), and the measured
+    draft phases that did not catch up with their seconds; the catch-up seconds charged to the
+    ``ar`` steps; the clock at the last update (None before it, or with given costs); the L = 0
+    steps since the last that drafted."""
 
     tested: tuple[float, ...]
     accepted: tuple[float, ...]
     steps: int = 0
     measured: tuple[int, ...] = ()
-    draft_seconds: tuple[float, ...] = ()
     rest_seconds: tuple[float, ...] = ()
+    drafted: tuple[int, ...] = ()
+    draft_seconds: tuple[float, ...] = ()
+    catch_up: float = 0.0
     clock: float | None = None
+    undrafted: int = 0
 
 
 def _line(measured: tuple[int, ...], seconds: tuple[float, ...], through_zero: bool) -> list[float]:
-    """Mean seconds of a step at L = 1..max_length: the least-squares line over the L measured
-    (slope >= 0: a step never gets cheaper with more tokens), flat where one L was measured (or
-    proportional to L with ``through_zero``: the draft phase, made of L forwards)."""
-    seen = [length for length, n in enumerate(measured, 1) if n]
-    means = [seconds[length - 1] / measured[length - 1] for length in seen]
+    """Mean seconds of a step's part at L = 0..max_length (``measured`` and ``seconds`` indexed by
+    L): the least-squares line over the L measured (slope >= 0: a step never gets cheaper with more
+    tokens), flat where one L was measured (or proportional to L with ``through_zero``: the draft
+    phase, made of L forwards)."""
+    seen = [length for length, n in enumerate(measured) if n]
+    means = [seconds[length] / measured[length] for length in seen]
     if len(seen) == 1 and through_zero:
-        return [means[0] * length / seen[0] for length in range(1, len(measured) + 1)]
-    intercept, slope = least_squares_line(seen, means, [measured[length - 1] for length in seen])
+        return [means[0] * length / seen[0] for length in range(len(measured))]
+    intercept, slope = least_squares_line(seen, means, [measured[length] for length in seen])
     if slope < 0:
         intercept, slope = sum(seconds) / sum(measured), 0.0
-    return [intercept + slope * length for length in range(1, len(measured) + 1)]
+    return [intercept + slope * length for length in range(len(measured))]
 
 
 @dataclass(frozen=True)
 class AutoDraftLength:
     """``draft_length="auto"`` (see the module doc). ``prior`` is the acceptance assumed before any
     observation, held with ``prior_weight`` pseudo-steps (as is each position's predecessor); ``decay`` < 1 forgets old steps
-    geometrically. ``draft_cost`` t_d and ``target_costs`` (t_T(L) for L = 1..max_length) are
-    both given or both measured (None; ``clock`` gives the time of each update)."""
+    geometrically. ``draft_cost`` t_d and ``target_costs`` (t_T(L) for L = 0..max_length, t_T(0)
+    the one-token call of an ``ar`` step) are both given or both measured (None; ``clock`` gives the
+    time of each update). ``min_length`` = 0 lets it choose ``ar`` steps; ``probe``: after that many
+    of them in a row, one step drafts."""
 
-    min_length: int = 1
+    min_length: int = 0
     max_length: int = MAX_LENGTH
     prior: float = 0.6
     prior_weight: float = 2.0
     decay: float = 1.0
     draft_cost: float | None = None
     target_costs: tuple[float, ...] | None = field(default=None)
+    probe: int = 16
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check_bounds(self)
+        _check_bounds(self, 0)
         if not 0 < self.prior < 1 or self.prior_weight <= 0:
             raise ValueError(f"prior must lie in (0, 1) and prior_weight be > 0, got {self.prior}, {self.prior_weight}")
         if not 0 < self.decay <= 1:
             raise ValueError(f"decay must lie in (0, 1], got {self.decay}")
+        if self.probe < 1:
+            raise ValueError(f"probe must be >= 1, got {self.probe}")
         if (self.draft_cost is None) != (self.target_costs is None):
             raise ValueError("draft_cost and target_costs are given together or not at all")
         if self.target_costs is not None:
             object.__setattr__(self, "target_costs", tuple(float(c) for c in self.target_costs))
-            if len(self.target_costs) != self.max_length or self.draft_cost < 0 or min(self.target_costs) <= 0:
-                raise ValueError(f"target_costs must hold max_length = {self.max_length} costs > 0 "
-                                 f"(and draft_cost be >= 0), got {self.target_costs}, {self.draft_cost}")
+            if len(self.target_costs) != self.max_length + 1 or self.draft_cost < 0 or min(self.target_costs) <= 0:
+                raise ValueError(f"target_costs must hold max_length + 1 = {self.max_length + 1} costs > 0, for L = 0.."
+                                 f"{self.max_length} (and draft_cost be >= 0), got {self.target_costs}, {self.draft_cost}")
 
     def initial(self) -> AutoState:
-        zeros = (0.0,) * self.max_length
-        return AutoState(tested=zeros, accepted=zeros, measured=(0,) * self.max_length, draft_seconds=zeros,
-                         rest_seconds=zeros)
+        zeros, counts = (0.0,) * (self.max_length + 1), (0,) * (self.max_length + 1)
+        return AutoState(tested=zeros[1:], accepted=zeros[1:], measured=counts, rest_seconds=zeros, drafted=counts,
+                         draft_seconds=zeros)
 
     def acceptance(self, state: AutoState) -> list[float]:
         """beta_i for i = 1..max_length: the running estimate at position i, shrunk towards beta_{i-1}
@@ -145,48 +172,62 @@ class AutoDraftLength:
         return betas
 
     def step_seconds(self, state: AutoState) -> list[float] | None:
-        """t_step(L) for L = 1..max_length: given, or measured (then None until a step after the
-        first was measured): the draft phase's line plus the line of the rest of a step."""
+        """t_step(L) for L = 0..max_length: given, or measured (then None until a draft phase that
+        did not catch up was measured after the first step): the draft phase's line plus the line
+        of the rest of a step, and at L = 0 the mean of the measured ``ar`` steps with the catch-up
+        charged to them (the rest's line at 0 until one is measured)."""
         if self.draft_cost is not None:
-            return [length * self.draft_cost + target for length, target in enumerate(self.target_costs, 1)]
-        if not any(state.measured):
+            return [length * self.draft_cost + target for length, target in enumerate(self.target_costs)]
+        if not any(state.drafted):
             return None
-        draft = _line(state.measured, state.draft_seconds, through_zero=True)
+        draft = _line(state.drafted, state.draft_seconds, through_zero=True)
         rest = _line(state.measured, state.rest_seconds, through_zero=False)
-        return [max(d + r, 1e-9) for d, r in zip(draft, rest)]
+        seconds = [max(d + r, 1e-9) for d, r in zip(draft, rest)]
+        if state.measured[0]:
+            seconds[0] = max((state.rest_seconds[0] + state.catch_up) / state.measured[0], 1e-9)
+        return seconds
 
     def choose(self, state: AutoState) -> int:
         seconds = self.step_seconds(state)
         if seconds is None:  # nothing measured yet: a middle length, to measure from
             return min(max(4, self.min_length), self.max_length)
-        best, best_rate, expected, survive = self.min_length, -1.0, 1.0, 1.0
-        for length, beta in enumerate(self.acceptance(state), 1):
+        if self.min_length == 0 and self.draft_cost is None and not state.measured[0]:
+            return 0  # measure one ar step rather than trust the lines at L = 0
+        lowest = max(self.min_length, 1) if state.undrafted >= self.probe else self.min_length
+        best, best_rate, expected, survive = lowest, -1.0, 1.0, 1.0
+        for length, beta in enumerate([1.0, *self.acceptance(state)]):
             survive *= beta
-            expected += survive
-            if length >= self.min_length:
-                rate = expected / seconds[length - 1]
+            expected += survive if length else 0.0  # E(L) = 1 + sum_{l <= L} prod_{i <= l} beta_i
+            if length >= lowest:
+                rate = expected / seconds[length]
                 if rate > best_rate:
                     best, best_rate = length, rate
         return best
 
     def update(self, state: AutoState, draft_length: int, accepted: int, seconds: StepSeconds | None) -> AutoState:
-        # positions 1..min(accepted + 1, L) were tested; the first `accepted` of them passed
-        tested = [t * self.decay + (i < min(accepted + 1, draft_length)) for i, t in enumerate(state.tested)]
-        passed = [a * self.decay + (i < accepted) for i, a in enumerate(state.accepted)]
-        new = replace(state, tested=tuple(tested), accepted=tuple(passed), steps=state.steps + 1)
+        new = replace(state, steps=state.steps + 1, undrafted=0 if draft_length else state.undrafted + 1)
+        if draft_length:  # positions 1..min(accepted + 1, L) were tested; the first `accepted` of them passed
+            tested = [t * self.decay + (i < min(accepted + 1, draft_length)) for i, t in enumerate(state.tested)]
+            passed = [a * self.decay + (i < accepted) for i, a in enumerate(state.accepted)]
+            new = replace(new, tested=tuple(tested), accepted=tuple(passed))
         if seconds is None or self.draft_cost is not None:
             return new
         now = self.clock()
         if state.clock is None:  # the first step holds the prefill: its end starts the clock
             return replace(new, clock=now)
         # from the last update to this one: the last step's commit, then this step's draft, target and verifier
-        index = draft_length - 1
-        measured, draft_seconds, rest_seconds = list(state.measured), list(state.draft_seconds), list(state.rest_seconds)
-        measured[index] += 1
-        draft_seconds[index] += seconds.draft_seconds
-        rest_seconds[index] += now - state.clock - seconds.draft_seconds
-        return replace(new, measured=tuple(measured), draft_seconds=tuple(draft_seconds),
-                       rest_seconds=tuple(rest_seconds), clock=now)
+        length, catch_up = draft_length, state.catch_up
+        measured, rest_seconds = list(state.measured), list(state.rest_seconds)
+        drafted, draft_seconds = list(state.drafted), list(state.draft_seconds)
+        measured[length] += 1
+        rest_seconds[length] += now - state.clock - seconds.draft_seconds
+        if length and seconds.draft_read <= CAUGHT_UP:
+            drafted[length] += 1
+            draft_seconds[length] += seconds.draft_seconds
+        elif length and state.undrafted and any(state.drafted):  # the catch-up after ar steps: its excess is theirs
+            catch_up += seconds.draft_seconds - _line(state.drafted, state.draft_seconds, through_zero=True)[length]
+        return replace(new, measured=tuple(measured), rest_seconds=tuple(rest_seconds), drafted=tuple(drafted),
+                       draft_seconds=tuple(draft_seconds), catch_up=catch_up, clock=now)
 
 
 @dataclass(frozen=True)
@@ -199,7 +240,7 @@ class HeuristicDraftLength:
     initial_length: int = 4
 
     def __post_init__(self) -> None:
-        _check_bounds(self)
+        _check_bounds(self, 1)
         if not self.min_length <= self.initial_length <= self.max_length:
             raise ValueError(f"initial_length = {self.initial_length} lies outside [{self.min_length}, {self.max_length}]")
 
@@ -214,11 +255,13 @@ class HeuristicDraftLength:
         return min(max(draft_length + step, self.min_length), self.max_length)
 
 
-def draft_length_policy(name: str, *, min_length: int = 1, max_length: int = MAX_LENGTH) -> DraftLengthPolicy:
-    """The policy called ``name`` (``"auto"`` or ``"heuristic"``) with bounds on L."""
+def draft_length_policy(name: str, *, min_length: int | None = None, max_length: int = MAX_LENGTH) -> DraftLengthPolicy:
+    """The policy called ``name`` (``"auto"`` or ``"heuristic"``) with bounds on L; ``min_length``
+    unset is 0 for auto (it may choose ``ar`` steps) and 1 for heuristic."""
     policies = {AUTO: AutoDraftLength, HEURISTIC: HeuristicDraftLength}
     if name not in policies:
         raise ValueError(f"draft_length: expected a number >= 1, {AUTO!r} or {HEURISTIC!r}, got {name!r}")
     if name == HEURISTIC:
-        return HeuristicDraftLength(min_length, max_length, min(max(4, min_length), max_length))
-    return AutoDraftLength(min_length, max_length)
+        low = 1 if min_length is None else min_length
+        return HeuristicDraftLength(low, max_length, min(max(4, low), max_length))
+    return AutoDraftLength(0 if min_length is None else min_length, max_length)

@@ -25,27 +25,35 @@ if TYPE_CHECKING:
 __all__ = ["ar_step", "speculative_step"]
 
 
-def ar_step(dec: Decoder) -> list[RowStep]:
-    """Sample one token per prompt from the target: the baseline every method is compared with."""
+def ar_step(dec: Decoder, draft_length: int | None = None) -> list[RowStep]:
+    """Sample one token per prompt from the target: the baseline every method is compared with,
+    and a speculative decoding's step at L = 0 (``draft_length`` 0: a draft-length policy chose it
+    and sees it; the draft catches up on the tokens it missed at the next step that drafts)."""
     start = time.perf_counter()
     tokens, valid = dec.pending(dec.target_cache)  # [R, m]
     logits = dec.target.forward(dec.target_cache, tokens, valid, 1)[:, 0]  # [R, V]
     sampled = sample(dec.warp(logits), dec.generator).tolist()  # [R]
+    seconds = time.perf_counter() - start
+    if draft_length is not None:
+        dec.observe([0] * len(sampled), [0] * len(sampled), StepSeconds(0.0, 0, seconds))
     stats = StepStats(drafted=0, verified=0, accepted=0, committed=1, draft_index=0, draft_calls=0, target_calls=1,
-                      draft_seconds=0.0, target_seconds=time.perf_counter() - start, verify_seconds=0.0)
+                      draft_seconds=0.0, target_seconds=seconds, verify_seconds=0.0, draft_length=draft_length)
     return dec.commit([[t] for t in sampled], None, [stats] * len(dec.active))
 
 
 def speculative_step(dec: Decoder, length: int) -> list[RowStep]:
     """One step of K drafts of ``length`` = L tokens for every active prompt (R of them); with a
-    draft-length policy prompt r verifies its own L_r <= L, chosen from its past."""
+    draft-length policy prompt r verifies its own L_r <= L, chosen from its past, and when every
+    prompt chose L_r = 0 the step is the target's alone."""
     k, rows = dec.config.drafts, len(dec.active)
     lengths = dec.row_lengths(length)  # [R]
     length = max(lengths)  # every row drafts L = max L_r
+    if length == 0:
+        return ar_step(dec, 0)
     start = time.perf_counter()
 
     # 1. draft: the tokens the draft has not seen, then L - 1 drafted ones, K rows per prompt
-    chunk, valid = dec.pending(dec.draft_cache)  # [R, m]: 1 token, or 2 after a fully accepted draft
+    chunk, valid = dec.pending(dec.draft_cache)  # [R, m]: 1 token, or 2 after a fully accepted draft (more after ar steps)
     if k > 1:
         expand = torch.arange(rows).repeat_interleave(k)  # [R K]: the prompt of each draft row
         dec.draft.reindex(dec.draft_cache, expand)
@@ -67,7 +75,7 @@ def speculative_step(dec: Decoder, length: int) -> list[RowStep]:
     for p, result in zip(dec.active, results):
         dec.states[p] = result.state
     verify_done = time.perf_counter()
-    dec.observe(lengths, [res.num_accepted for res in results], StepSeconds(draft_done - start, length, verify_done - draft_done))
+    dec.observe(lengths, [res.num_accepted for res in results], StepSeconds(draft_done - start, length, verify_done - draft_done, chunk.shape[1]))
 
     # 4. commit: the target keeps the chosen draft's accepted prefix, the draft cache its row
     dec.target.keep_draft(dec.target_cache, [res.draft_index for res in results], [res.num_accepted for res in results])

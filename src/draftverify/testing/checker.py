@@ -5,7 +5,8 @@ Works with any object that has the contract's ``verify`` (see :mod:`draftverify.
 so users can check their own verifiers. ``state`` is passed along across calls, as the ordinary
 decoding loop does. ``draft_length`` is an L for every call, or a policy that chooses each call's
 L from the past calls (``initial()``, ``choose(state)``, ``update(state, L, accepted, None)`` over a
-hashable state, as :mod:`draftverify.engine.draft_length`'s policies).
+hashable state, as :mod:`draftverify.engine.draft_length`'s policies); a call at L = 0 is the
+engine's ``ar`` step, one token from the target, the verifier's state kept.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from scipy import optimize, stats
 
-from ..rng import BranchingSource, inverse_cdf
+from ..rng import BranchingSource, categorical, inverse_cdf
 from ..verify.acceptance import pooled_acceptance, rejected_tests
 from ..verify.modifications import ModificationStack
 from .enumerate import enumerate_outcomes
@@ -125,6 +126,19 @@ def draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length: 
     return torch.from_numpy(tokens), torch.from_numpy(draft_probs), torch.from_numpy(target_probs)
 
 
+def _call(verifier, pair: KnownLawPair, prefix: list[int], num_drafts: int, length: int, state, source,
+          draft_source) -> tuple[tuple[int, ...], Any, int]:
+    """One call of the decoding loop: its tokens, the verifier's next state and the accepted count.
+    L >= 1 drafted tokens go through the verifier; at L = 0 (a draft-length policy's ``ar`` step)
+    one token is drawn from the target's conditional and the state is kept."""
+    if length == 0:
+        row = pair.target.conditionals(prefix, [])[0]  # [V]
+        return (categorical(torch.from_numpy(row), source),), state, 0
+    tokens, draft_probs, target_probs = draw_drafts(pair, prefix, num_drafts, length, draft_source)
+    result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
+    return tuple(int(t) for t in result.tokens), result.state, result.num_accepted
+
+
 def decode_known_law(
     verifier, pair: KnownLawPair, num_drafts: int, draft_length: int | Any, num_tokens: int, source, draft_source=None
 ) -> DecodeTrace:
@@ -139,13 +153,12 @@ def decode_known_law(
     calls = accepted = rejections = 0
     while len(prefix) < num_tokens:
         length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
-        tokens, draft_probs, target_probs = draw_drafts(pair, prefix, num_drafts, length, draft_source)
-        result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
-        prefix.extend(int(t) for t in result.tokens)
-        state, length_state = result.state, policy.update(length_state, length, result.num_accepted, None)
+        tokens, state, kept = _call(verifier, pair, prefix, num_drafts, length, state, source, draft_source)
+        prefix.extend(tokens)
+        length_state = policy.update(length_state, length, kept, None)
         calls += 1
-        accepted += result.num_accepted
-        rejections += rejected_tests([result.num_accepted], length)
+        accepted += kept
+        rejections += rejected_tests([kept], length)
     return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted, rejections)
 
 
@@ -187,9 +200,8 @@ def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, dra
         length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
 
         def one_call(source, prefix=prefix, state=state, length=length):
-            tokens, draft_probs, target_probs = draw_drafts(pair, list(prefix), num_drafts, length, source)
-            result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
-            return tuple(int(t) for t in result.tokens), _state_key(result.state), result.num_accepted
+            tokens, new_state, kept = _call(verifier, pair, list(prefix), num_drafts, length, state, source, source)
+            return tokens, _state_key(new_state), kept
 
         for (tokens, new_key, accepted), branch_prob in enumerate_outcomes(one_call).items():
             entry = (prefix + tokens, new_key, policy.update(length_state, length, accepted, None))

@@ -56,11 +56,12 @@ class ModificationStack:
 
     @staticmethod
     def min_draft_length(state: Any) -> int:
-        """The shortest draft the next call may have: 1, or the longest pending modification when
-        ``state`` is a stack (a draft-length policy must not go below it)."""
+        """The shortest draft the next call may have: the longest pending modification when
+        ``state`` is a stack holding one (a draft-length policy must not go below it: the modified
+        target conditionals must be verified), else 0 (any L; 0 is a step of the target alone)."""
         if not isinstance(state, ModificationStack):
-            return 1
-        return max((mod.remaining for mod in state.modifications), default=1)
+            return 0
+        return max((mod.remaining for mod in state.modifications), default=0)
 
     @classmethod
     def after_call(
