@@ -29,6 +29,19 @@ def test_streams_text_then_footer_with_speedup(folders, capsys):
         assert part in footer
 
 
+@pytest.mark.parametrize("extra,shown,least", [([], "L=auto", 0), (["--method", "bv(L=3)"], "L=3;", 3),
+                                               (["--min-draft-length", "2"], "L=auto", 2), (["--draft-length", "2"], "L=2;", 2)])
+def test_the_draft_length_is_auto_unless_given(folders, capsys, extra, shown, least):
+    """A fixed L can run below ar (the default pair's GGUF blocks at L = 4: 0.83x); auto, with
+    L = 0 among its choices, is the default wherever the method does not write L."""
+    code = main(["generate", "def f(x):", "--max-new-tokens", "12", "--target", str(folders / "target"),
+                 "--draft", str(folders / "draft"), *extra])
+    footer = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 0 and shown in footer
+    if shown == "L=auto":  # the range of the L chosen
+        assert int(footer.partition("L=auto ")[2].partition("..")[0]) >= least
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [
@@ -41,6 +54,8 @@ def test_streams_text_then_footer_with_speedup(folders, capsys):
         (["--method", "kseq(K=3)", "--num-drafts", "2"], "sets K=3 but --num-drafts 2"),
         (["--method", "kseq(K=3)@ngram", "--draft", "x"], "sets @ngram but --draft x"),
         (["--method", "ar", "--draft-length", "3"], "takes no drafts"),
+        (["--method", "ar", "--max-draft-length", "3"], "bound --draft-length auto or heuristic"),
+        (["--draft-length", "heuristic", "--min-draft-length", "0"], "--min-draft-length must be >= 1"),
         (["--draft", "WIDE"], "vocabulary"),
         (["--draft", "MISSING"], "no such model folder"),
         (["--prompt-override", ""], "empty"),

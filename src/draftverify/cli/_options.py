@@ -38,7 +38,7 @@ JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write t
 DraftLength = Annotated[str | None, typer.Option(
     metavar="L|auto|heuristic", help="L, tokens per draft; auto: each step's L chosen from the decoding's past "
     "(predicted tokens/s; L = 0, a step of the target alone, where drafting does not pay); heuristic: transformers' schedule (+2 after a fully accepted draft, -1 otherwise).",
-    show_default="4")]
+    show_default="auto, unless the method writes L")]
 MinLength = Annotated[int | None, typer.Option(min=0, help="The least L auto and heuristic choose; 0: auto may take "
                                                 "steps of the target alone (heuristic needs >= 1).", show_default="0 for auto, 1 for heuristic")]
 MaxLength = Annotated[int | None, typer.Option(min=1, help="The largest L auto and heuristic choose.", show_default="8")]

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ._command import above, quiet_transformers
-from ._options import DraftLength, LengthBound, OptionItems, Quantize, Seed, TargetFolder, draft_length_from_args, method_from_args
+from ._options import DraftLength, MaxLength, MinLength, OptionItems, Quantize, Seed, TargetFolder, draft_length_from_args, method_from_args
 
 __all__ = ["generate"]
 
@@ -21,8 +21,8 @@ def generate(
                                         "ot(solver=gr,tol=1e-4), kseq(K=4).")] = "bv",
     num_drafts: Annotated[int | None, typer.Option(min=1, help="K, the number of i.i.d. drafts.", show_default="1")] = None,
     draft_length: DraftLength = None,
-    min_draft_length: LengthBound = None,
-    max_draft_length: LengthBound = None,
+    min_draft_length: MinLength = None,
+    max_draft_length: MaxLength = None,
     option: OptionItems = [],
     temperature: Annotated[float | None, typer.Option(
         min=0.0, help="Sampling temperature of draft and target; 0 decodes the argmax.",
@@ -49,6 +49,7 @@ def generate(
     """Generate text with draft-then-verify decoding (default: SmolLM2-135M-Instruct and its draft)."""
     if not prompt.strip():
         raise ValueError("the prompt is empty")
+    draft_length = _default_length(method) if draft_length is None else draft_length
     length = draft_length_from_args(draft_length, min_draft_length, max_draft_length)  # L, a policy or None
     policy = None if length is None or isinstance(length, int) else length
     method_spec = method_from_args(method, [("--option", item) for item in option], num_drafts=num_drafts,
@@ -106,3 +107,16 @@ def generate(
     print("\n\n-- " + " | ".join(footer))
     return 0
 
+
+def _default_length(method: str) -> str | None:
+    """``--draft-length`` unset: auto for a verifier with parallel drafts whose method does not
+    write L (each step's L from the decoding's past; on the default pair's GGUF blocks a fixed
+    L = 4 ran at 0.83x ``ar``, auto at 1.02-1.05x: docs/results/speed_smollm2.md), else None."""
+    from ..engine.config import AR
+    from ..engine.draft_length import AUTO
+    from ..verify import get_verifier, parse_method
+
+    spec = parse_method(method)
+    if spec.name == AR or spec.draft_length is not None or get_verifier(spec.name).strategy != "parallel":
+        return None
+    return AUTO
