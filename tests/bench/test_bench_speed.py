@@ -48,6 +48,20 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     assert report["goals"]["best_exact_vs_ar"] == ours[best]["vs_ar"]
 
 
+def test_bench_speed_with_the_draft_length_auto(capsys, tmp_path):
+    out_file = tmp_path / "speed.json"
+    code = main(["bench", "speed", "--tiny", "--num-prompts", "1", "--max-new-tokens", "12", "--draft-length", "auto",
+                 "--multi", "0", "--batch", "0", "--json", str(out_file)])
+    report = json.loads(out_file.read_text())
+    rows = {r["method"]: r for r in report["methods"]}
+    assert code == 0 and report["settings"]["draft_length"] == "auto" and all(r["tokens"] == 12 for r in rows.values())
+    assert 0 <= rows["sd"]["acceptance"] <= 1 and rows["sd"]["predicted_vs_ar"] is None  # the prediction takes one L
+    assert rows["hf-assisted"]["acceptance"] is None and rows["hf-assisted"]["tokens_per_target_call"] >= 1
+    capsys.readouterr()
+    assert main(["bench", "speed", "--tiny", "--draft-length", "sometimes"]) == 2
+    assert "expected an int >= 1 or auto" in capsys.readouterr().err
+
+
 def test_compare_prints_completion_and_table():
     tokenizer = char_tokenizer()
     target, draft = tiny_pair(len(tokenizer), dtype=torch.float32, tokenizer=tokenizer)

@@ -26,6 +26,11 @@ draft cost c and target call cost r (one draft), i.e. what the i.i.d. acceptance
 ``step_ms`` splits the mean wall time of one step into draft, target, verify and the rest
 (commit, cache crops, the prefill of the first step). Batch rows (``--batch N``): ``generate_batch``
 on the first N prompts beside N single ``generate`` calls on the same prompts, same seeds.
+With ``--draft-length auto`` our speculative rows choose each step's L from the decoding's past
+(:class:`~draftverify.engine.draft_length.AutoDraftLength`, L = 0 among its choices) and the
+assisted row runs transformers' own dynamic schedule (``"heuristic"``, from L = 4); acceptance
+is then pooled over each step's own L and ``predicted vs ar`` is left out (it assumes one L).
+
 Goals (issues 5, 13, 27): best exact method >= 2.0x ``ar``; our ``sd`` >= 1.2x assisted generation;
 ``ar`` >= 1.5x ``hf-generate``; engine efficiency >= 0.95; a batch of 8 >= 4x one prompt's tokens/s;
 best exact method >= 1.5x ``llama.cpp``.
@@ -42,11 +47,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from ..engine import AR
+from ..engine.draft_length import AUTO
 from ..models.pair import PAIRS
 from ..tables import table_of
 from ..theory import speedup
 from ..verify import verifiers
-from ..verify.acceptance import pooled_acceptance, rejected_tests
+from ..verify.acceptance import pooled_acceptance
 from .compare import run_spec, run_spec_batch
 from .llama_cpp import LlamaCpp, available as llama_cpp_available
 from .models import ModelSettings, load_models
@@ -79,7 +85,7 @@ class SpeedSettings:
     num_prompts: int = 8
     max_new_tokens: int = 128
     temperature: float = 1.0
-    draft_length: int = 4
+    draft_length: int | str = 4
     seed: int = 0
     target: str | None = None
     draft: str | None = None
@@ -93,6 +99,8 @@ class SpeedSettings:
     json: str | None = None
 
     def __post_init__(self) -> None:
+        if self.draft_length != AUTO and not (isinstance(self.draft_length, int) and self.draft_length >= 1):
+            raise ValueError(f"draft_length: expected an int >= 1 or {AUTO!r}, got {self.draft_length!r}")
         self.models  # the model settings refuse bad combinations here, before anything loads
 
     @property
@@ -127,15 +135,16 @@ def _forward_meter(module: torch.nn.Module) -> Iterator[dict[str, float]]:
 
 
 def assisted(target, draft, prompt_ids: list[int], *, max_new_tokens: int, temperature: float,
-             draft_length: int, seed: int) -> dict[str, float]:
-    """``transformers`` assisted generation: sampling, constant L, no confidence early exit, no EOS
-    stop (as ``ignore_eos`` in our runs)."""
+             draft_length: int | str, seed: int) -> dict[str, float]:
+    """``transformers`` assisted generation: sampling, constant L (``"auto"``: its heuristic
+    schedule from L = 4), no confidence early exit, no EOS stop (as ``ignore_eos`` in our runs)."""
     input_ids = torch.tensor([prompt_ids])
     torch.manual_seed(seed)
     # transformers 5 reads these from the assistant's own generation config
     assistant_config = draft.model.generation_config
     saved = {k: getattr(assistant_config, k, None) for k in _ASSISTANT_SETTINGS}
-    assistant_config.update(num_assistant_tokens=draft_length, num_assistant_tokens_schedule="constant",
+    schedule = ("heuristic", 4) if draft_length == AUTO else ("constant", draft_length)
+    assistant_config.update(num_assistant_tokens=schedule[1], num_assistant_tokens_schedule=schedule[0],
                             assistant_confidence_threshold=0.0)
     try:
         with _forward_meter(target.model) as target_meter, _forward_meter(draft.model) as draft_meter:
@@ -234,9 +243,7 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
                  first_tokens=first.committed,
                  first_seconds=first.draft_seconds + first.target_seconds + first.verify_seconds,
                  target_seconds=r.target_seconds, draft_calls=r.draft_calls, draft_seconds=r.draft_seconds,
-                 accepted=r.accepted, steps=len(r.steps),
-                 rejections=rejected_tests((s.accepted for s in r.steps), args.draft_length),
-                 verify_seconds=r.verify_seconds)
+                 accepted=r.accepted, steps=len(r.steps), rejections=r.rejections, verify_seconds=r.verify_seconds)
         _add(totals, ASSISTED, **assisted(target, assistant, prompt_ids, seed=args.seed + i, **settings))
         _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
         for name, temperature in anchors.items():
@@ -320,15 +327,16 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
                              decode_vs_ar=decode / ar_decode))
             continue
         per_call = t["tokens"] / t["target_calls"]
-        if name == ASSISTED:
-            acceptance = (per_call - 1) / args.draft_length  # transformers reports no rejections: per drafted token
+        fixed = args.draft_length != AUTO
+        if name == ASSISTED:  # transformers reports no rejections: per drafted token, with one L
+            acceptance = (per_call - 1) / args.draft_length if fixed else None
         else:
             # pooled over verified tokens (seed 002), over every step of every prompt
             acceptance = pooled_acceptance(t["accepted"], t.get("rejections", 0)) if t.get("draft_calls") else None
         cost = (t["draft_seconds"] / t["draft_calls"]) / target_call if t.get("draft_calls") else None
         call_ratio = (t["target_seconds"] / t["target_calls"]) / target_call
         predicted = None
-        if cost is not None and acceptance is not None and name != ASSISTED:
+        if cost is not None and acceptance is not None and name != ASSISTED and fixed:
             # seed 002's S = k / (1 + L rho) with the call priced at r: k / (L c + r) = S(a, c / r, L) / r
             predicted = float(speedup(acceptance, cost / call_ratio, args.draft_length)) / call_ratio
         model_seconds = t.get("draft_seconds", 0.0) + t["target_seconds"]

@@ -30,7 +30,7 @@ class StepStats:
     draft_seconds: float
     target_seconds: float
     verify_seconds: float
-    draft_length: int | None = None  # L of a step with parallel drafts (None: ar, gated)
+    draft_length: int | None = None  # L of a step with parallel drafts (0: a policy's ar step; None: ar, gated)
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,13 @@ class GenerationResult:
         tokens after a rejection were never tested and are not counted. None for ar."""
         if not self.draft_length or not self.steps:
             return None
-        rejections = sum(rejected_tests([s.accepted], self._length(s)) for s in self.steps)
-        return pooled_acceptance(self.accepted, rejections)
+        return pooled_acceptance(self.accepted, self.rejections)
+
+    @property
+    def rejections(self) -> int:
+        """Steps that kept fewer draft tokens than they drafted: one rejected test each (0 for ar,
+        and for a draft-length policy's ar steps, which test nothing)."""
+        return sum(rejected_tests([s.accepted], self._length(s)) for s in self.steps)
 
     def _length(self, step: StepStats) -> int:
         return self.draft_length if step.draft_length is None else step.draft_length

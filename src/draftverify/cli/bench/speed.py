@@ -13,12 +13,23 @@ from .._progress import progress_bar
 __all__ = ["speed"]
 
 
+def _length(text: str) -> int | str:
+    """``--draft-length``: an int >= 1 or auto."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise typer.BadParameter(f"expected an int >= 1 or auto, got {text!r}")
+    return int(text)
+
+
 def speed(
     ctx: typer.Context,
     num_prompts: Annotated[int, typer.Option(min=1, help="The first N HumanEval prompts.")] = 8,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens each method generates per prompt.")] = 128,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature of draft and target.")] = 1.0,
-    draft_length: Annotated[int, typer.Option(min=1, help="L for every method.")] = 4,
+    draft_length: Annotated[str, typer.Option(metavar="L|auto", callback=_length, help="L for every method, or auto: each "
+                                              "step's L from the decoding's past (transformers' assisted row: its "
+                                              "heuristic schedule).")] = "4",
     seed: Seed = 0,
     target: TargetFolder = None,
     draft: DraftFolder = None,
