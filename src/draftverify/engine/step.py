@@ -75,7 +75,8 @@ def speculative_step(dec: Decoder, length: int) -> list[RowStep]:
     for p, result in zip(dec.active, results):
         dec.states[p] = result.state
     verify_done = time.perf_counter()
-    dec.observe(lengths, [res.num_accepted for res in results], StepSeconds(draft_done - start, length, verify_done - draft_done, chunk.shape[1]))
+    seconds = StepSeconds(draft_done - start, length, verify_done - draft_done, chunk.shape[1])  # chunk: what the draft read first
+    dec.observe(lengths, [res.num_accepted for res in results], seconds)
 
     # 4. commit: the target keeps the chosen draft's accepted prefix, the draft cache its row
     dec.target.keep_draft(dec.target_cache, [res.draft_index for res in results], [res.num_accepted for res in results])
