@@ -363,6 +363,8 @@ def test_overhead_fit_recovers_what_the_model_calls_leave_out():
     lambda: _synthetic_costs(2).step(3),
     lambda: fit_overhead([1, 2], [1.0, 2.0], [1.0], 4),
     lambda: least_squares_line([1, 2], [1.0, 2.0], [0.0, 0.0]),
+    lambda: least_squares_line([1, 2], [1.0, float("nan")]), lambda: least_squares_line([[1, 2]], [1.0]),
+    lambda: least_squares_line([1, 2], [1.0]), lambda: least_squares_line([1, 2], [1.0, 2.0], [1.0, -1.0]),
 ])
 def test_bad_costs(make):
     with pytest.raises(ValueError):
