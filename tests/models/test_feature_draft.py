@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
-from draftverify.models.feature_draft import FeatureDraft, FeatureHead, _Backend, is_feature_draft
+from draftverify.models.feature_draft import FeatureDraft, FeatureHead, _Backend, _Slots, is_feature_draft
 from draftverify.models.hf import TransformersModel
 from draftverify.testing import goodness_of_fit
 from tests.engine.test_draft_length import sometimes_ar
@@ -100,7 +100,8 @@ def test_one_drafted_position_reads_what_the_block_path_reads(seed):
     backend = _Backend(None, None, rows, width)
     backend.last = torch.randn(rows, width, generator=gen)
     backend.last_position = torch.randint(-1, 9, (rows,), generator=gen).tolist()
-    slots = torch.randn(2, slots_width, width, generator=gen)  # two target rows: rows read 0, 0, 1, 1
+    holes = torch.rand(2, slots_width, generator=gen) < 0.7 if seed % 2 else None  # a batch's left padding
+    slots = _Slots(torch.randn(2, slots_width, width, generator=gen), holes)  # two target rows: rows read 0, 0, 1, 1
     held = torch.randint(0, slots_width + 1, (2,), generator=gen).tolist()
     positions = torch.randint(0, 9, (rows, 1), generator=gen)
     if seed % 4 == 0:  # every row one past the position it fed: the draft's own features
@@ -109,6 +110,17 @@ def test_one_drafted_position_reads_what_the_block_path_reads(seed):
     one = FeatureDraft._position_features(backend, slots, held, target_rows, positions[:, 0].tolist())
     block = FeatureDraft._block_features(backend, slots, held, target_rows, positions)
     assert torch.equal(one[0], block[0]) and torch.equal(one[1], block[1])
+
+
+def test_features_are_read_by_position_through_the_holes_of_a_batch():
+    """Position i of a target row is its i-th valid slot: the same as reordering every row's valid
+    slots first (what the draft did before reading only the slots it needs)."""
+    gen = torch.Generator().manual_seed(0)
+    features, valid = torch.randn(3, 7, 4, generator=gen), torch.rand(3, 7, generator=gen) < 0.6
+    reordered = torch.stack([torch.cat([row[ok], row[~ok]]) for row, ok in zip(features, valid)])
+    rows, positions = torch.tensor([[0], [2], [1]]), torch.tensor([[0, 1, 2], [3, 0, 6], [5, 4, 1]])
+    assert torch.equal(_Slots(features, valid).at(rows, positions), reordered[rows, positions])
+    assert torch.equal(_Slots(features, None).at([1, 2], [3, 0]), features[[1, 2], [3, 0]])
 
 
 def test_positions_drafted_from_its_own_features_are_dropped_at_the_next_crop():
