@@ -110,8 +110,8 @@ def generate(
 
 def _default_length(method: str) -> str | None:
     """``--draft-length`` unset: auto for a verifier with parallel drafts whose method does not
-    write L (each step's L from the decoding's past; on the default pair's GGUF blocks a fixed
-    L = 4 ran at 0.83x ``ar``, auto at 1.02-1.05x: docs/results/speed_smollm2.md), else None."""
+    write L (each step's L from the decoding's past; on the default pair's GGUF blocks bv at a
+    fixed L = 4 ran at 0.79x ``ar``, with auto at 1.02x: docs/results/speed_smollm2.md), else None."""
     from ..engine.config import AR
     from ..engine.draft_length import AUTO
     from ..verify import get_verifier, parse_method
