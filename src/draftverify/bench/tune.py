@@ -27,11 +27,13 @@ recommend one, and (``verify``) measure the best few beside the prediction.
    engine measured it on those same steps, so that one verifier's timing (a handful of windows,
    open to a load spike) prices that verifier only: taken from its isolated timing, a spike had made
    the line, hence another method's predicted step, negative (3 of 30 runs beside two busy loops).
-The recommendation is the best setting by an unbiased estimate; a better one by an approximation
-is named beside it (``--verify`` measures both).
+The recommendation is the best setting by an unbiased estimate, or ``ar`` where no drafting
+setting is predicted to beat it (then ``draft_length="auto"``, which may take steps of the target
+alone, is the way to keep a draft at hand); a better one by an approximation is named beside it
+(``--verify`` measures both).
 
-4. ``verify``: the best settings, the recommended method with ``draft_length="auto"`` and
-   ``"heuristic"``, and ``ar`` decoded on the same prompts (as ``bench speed`` runs them, EOS
+4. ``verify``: the best settings, the recommended method (the best drafting one where ``ar`` is
+   recommended) with ``draft_length="auto"`` and ``"heuristic"``, and ``ar`` decoded on the same prompts (as ``bench speed`` runs them, EOS
    ignored), measured beside the prediction. Step 3 then runs again and the prediction from those
    costs stands beside the first (``error_after``): on a shared machine the clock can move over the
    decodings' minutes, and the two errors bracket that drift.
@@ -515,10 +517,11 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
     target_rows, draft_rows = (rows.float() for rows in _warped(target, draft, sequence, count, settings))
     costs = measure_costs(target, draft, prompts, settings, target_rows, draft_rows)
     rows = predict(paths, costs, settings)
-    # recommended: the best by an unbiased estimate; one of the approximations may predict more
+    # recommended: the best by an unbiased estimate, or ar; one of the approximations may predict more
     # (gbv's renewal estimate ignores the modification its state puts on the next call: an overestimate)
-    best = next((r for r in rows if r["estimator"] == UNBIASED), rows[0])
-    ahead = rows[0] if rows[0] is not best else None
+    drafting = next((r for r in rows if r["estimator"] == UNBIASED), rows[0])  # rows: the fastest first, ar last
+    best = rows[-1] if rows[-1]["tokens_per_second"] > drafting["tokens_per_second"] else drafting
+    ahead = rows[0] if rows[0] is not drafting and rows[0]["tokens_per_second"] > best["tokens_per_second"] else None
     report: dict[str, Any] = dict(
         settings=dict(prompts=len(prompts), methods=list(settings.methods), max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                       top_k=settings.top_k, top_p=settings.top_p, max_draft_length=settings.max_draft_length,
@@ -537,10 +540,10 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
     )
     if verify:
         chosen = [r for r in rows if r["method"] != "ar"][:verify]
-        # every L of the recommended method: auto's yardstick is that method's best fixed L
-        chosen += [r for r in rows if _spec(r) == _spec(best) and r not in chosen]
+        # every L of the best drafting method: auto's yardstick is that method's best fixed L
+        chosen += [r for r in rows if _spec(r) == _spec(drafting) and r not in chosen]
         specs = [(_spec(r), r["draft_length"]) for r in chosen]
-        specs += [(_spec(best), "auto"), (_spec(best), "heuristic"), ("ar", None)]
+        specs += [(_spec(drafting), "auto"), (_spec(drafting), "heuristic"), ("ar", None)]
         measured = measure(target, draft, prompts, specs, settings)
         # the costs timed again after the decodings: how far the machine's clock moved meanwhile
         after = measure_costs(target, draft, prompts, settings, target_rows, draft_rows)
@@ -555,7 +558,7 @@ def tune(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]], 
                 m["error_after"] = again / m["tokens_per_second"] - 1
         report["costs_after_ms"] = dict(ar_step=1e3 * after.ar_step, ar_prefill=1e3 * after.ar_prefill,
                                         target={k: [1e3 * s for s in v] for k, v in after.target.items()})
-        same = [m["tokens_per_second"] for m, r in zip(measured, chosen) if _spec(r) == _spec(best)]
+        same = [m["tokens_per_second"] for m, r in zip(measured, chosen) if _spec(r) == _spec(drafting)]
         any_method = max(m["tokens_per_second"] for m in measured[: len(chosen)])
         auto, heuristic = measured[len(chosen)], measured[len(chosen) + 1]
         report["verify"] = dict(rows=measured, auto_vs_best_fixed=auto["tokens_per_second"] / max(same),

@@ -86,8 +86,12 @@ def _print_tables(report: dict[str, Any]) -> None:
     print(table_of(sd, [("draft_length", "L", "d"), ("tokens_per_call", "unbiased", ".3f"),
                             ("plug_in_tokens_per_call", "plug-in", ".3f")], markdown=False))
     best = report["recommendation"]
-    print(f"\nrecommended: {best['method']} with L = {best['draft_length']}: {best['tokens_per_second']:.1f} tokens/s "
-          f"predicted, {best['vs_ar']:.2f}x ar (an unbiased estimate)")
+    if best["method"] == "ar":
+        print(f"\nrecommended: ar, {best['tokens_per_second']:.1f} tokens/s predicted: no drafting setting is predicted to "
+              "beat it (--draft-length auto takes steps of the target alone where drafting does not pay)")
+    else:
+        print(f"\nrecommended: {best['method']} with L = {best['draft_length']}: {best['tokens_per_second']:.1f} tokens/s "
+              f"predicted, {best['vs_ar']:.2f}x ar (an unbiased estimate)")
     ahead = report["approximate_ahead"]
     if ahead:
         print(f"ahead by an approximation: {ahead['method']} with L = {ahead['draft_length']}: "
