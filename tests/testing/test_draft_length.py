@@ -15,7 +15,7 @@ import torch
 from draftverify.engine.draft_length import AutoDraftLength, HeuristicDraftLength
 from draftverify.testing import check_exactness, decode_known_law, exact_sequence_law, random_pair
 from draftverify.verify import get_verifier
-from tests.verify.broken_twins import PeekingLength
+from tests.verify.broken_twins import AcceptAll, PeekingLength
 
 NUM_TOKENS = 3
 
@@ -70,6 +70,15 @@ def test_picking_the_length_from_the_draft_breaks_the_law(pair):
 def test_the_checker_passes_auto(pair, make):
     report = check_exactness(get_verifier("sd"), pair, draft_length=make(), num_tokens=NUM_TOKENS, samples=3000)
     assert report.passed() and report.draft_length == 3
+
+
+def test_a_policy_that_never_drafts_judges_nothing(pair):
+    """L = 0 at every call decodes the target's own law: the verifier was never called, and the
+    checker says inconclusive rather than passed (here even a verifier that accepts everything)."""
+    never = AutoDraftLength(0, 2, draft_cost=10.0, target_costs=(1.0,) * 3)
+    report = check_exactness(AcceptAll(), pair, draft_length=never, num_tokens=NUM_TOKENS, samples=2000)
+    assert report.status == "inconclusive" and "never called" in report.reason and report.tokens_per_call == 1.0
+    assert not check_exactness(AcceptAll(), pair, draft_length=sometimes_ar(), num_tokens=NUM_TOKENS, samples=2000).passed()
 
 
 def test_an_ar_step_that_ignored_the_target_would_be_caught(pair, monkeypatch):

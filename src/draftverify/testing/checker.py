@@ -60,9 +60,10 @@ def _policy(draft_length):
 @dataclass(frozen=True)
 class DecodeTrace:
     tokens: tuple[int, ...]  # the first num_tokens tokens
-    calls: int  # verify calls (= target calls)
+    calls: int  # target calls: verify calls, and a draft-length policy's L = 0 calls
     accepted: int  # draft tokens accepted over all calls
     rejections: int  # calls that ended with a correction token rather than a bonus token
+    verified: int = 0  # verify calls (L >= 1)
 
 
 PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
@@ -96,7 +97,7 @@ class ExactnessReport:
     tv: float  # total variation between the empirical and the exact law
     mean_accepted: float  # accepted draft tokens per verify call
     acceptance_rate: float  # accepted / (accepted + rejected): pooled over verified tokens (seed 002)
-    tokens_per_call: float  # committed tokens per verify call (block efficiency)
+    tokens_per_call: float  # committed tokens per target call (block efficiency; a policy's L = 0 calls commit 1)
     samples: int
     num_drafts: int
     draft_length: int  # L, or the largest L of a draft-length policy
@@ -150,16 +151,17 @@ def decode_known_law(
     policy = _policy(draft_length)
     prefix: list[int] = []
     state, length_state = None, policy.initial()
-    calls = accepted = rejections = 0
+    calls = accepted = rejections = verified = 0
     while len(prefix) < num_tokens:
         length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
         tokens, state, kept = _call(verifier, pair, prefix, num_drafts, length, state, source, draft_source)
         prefix.extend(tokens)
         length_state = policy.update(length_state, length, kept, None)
         calls += 1
+        verified += length > 0
         accepted += kept
         rejections += rejected_tests([kept], length)
-    return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted, rejections)
+    return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted, rejections, verified)
 
 
 class _Opaque:
@@ -325,12 +327,13 @@ def check_exactness(
     draft_rng = np.random.default_rng(seed)
     vocab = pair.vocab_size
     counts = np.zeros(vocab**num_tokens)
-    calls = accepted = rejections = 0
+    calls = accepted = rejections = verified = 0
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
     for _ in range(samples):
         trace = decode_known_law(verifier, pair, num_drafts, draft_length, num_tokens, generator, draft_rng)
         counts[int(np.dot(trace.tokens, weights))] += 1
         calls += trace.calls
+        verified += trace.verified
         accepted += trace.accepted
         rejections += trace.rejections
         if on_sample is not None:
@@ -339,6 +342,8 @@ def check_exactness(
     p_value, statistic, dof = goodness_of_fit(counts, law)
     detectable = detectable_tv(law, samples, threshold)
     status, reason = _verdict(p_value, dof, detectable, detect_tv, threshold)
+    if not verified:  # a draft-length policy took L = 0 at every call: the target's own law, nothing judged
+        status, reason = INCONCLUSIVE, "the verifier was never called: the draft-length policy chose L = 0 at every call"
     return ExactnessReport(
         status=status,
         reason=reason,
@@ -349,8 +354,8 @@ def check_exactness(
         detect_tv=float(detect_tv),
         threshold=float(threshold),
         tv=float(0.5 * np.abs(counts / samples - law).sum()),
-        mean_accepted=accepted / calls,
-        acceptance_rate=pooled_acceptance(accepted, rejections),  # every call tests at least one token
+        mean_accepted=accepted / max(verified, 1),
+        acceptance_rate=float("nan") if not verified else pooled_acceptance(accepted, rejections),  # L = 0 calls test nothing
         tokens_per_call=(accepted + calls) / calls,
         samples=samples,
         num_drafts=num_drafts,
