@@ -38,8 +38,12 @@ def test_the_draft_length_is_auto_unless_given(folders, capsys, extra, shown, le
                  "--draft", str(folders / "draft"), *extra])
     footer = capsys.readouterr().out.strip().splitlines()[-1]
     assert code == 0 and shown in footer
+    positions = footer.partition("per position ")[2].partition(")")[0].split()  # one rate per position drafted
     if shown == "L=auto":  # the range of the L chosen
-        assert int(footer.partition("L=auto ")[2].partition("..")[0]) >= least
+        low, _, high = footer.partition("L=auto ")[2].partition(";")[0].partition("..")
+        assert int(low) >= least and len(positions) == int(high)
+    else:
+        assert len(positions) == least
 
 
 @pytest.mark.parametrize(
