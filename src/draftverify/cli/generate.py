@@ -98,7 +98,7 @@ def generate(
                                   config.length, steps, seconds)
         lengths = [s.draft_length for s in steps if s.draft_length is not None]
         length = f"L={config.length}" if config.length_policy is None else f"L={draft_length} {min(lengths)}..{max(lengths)}"
-        drafted = result.position_acceptance[:max(lengths)]  # the positions some step drafted
+        drafted = result.position_acceptance[:max(lengths, default=config.length)]  # positions drafted (gated: up to L)
         footer.insert(1, f"acceptance {result.acceptance_rate or 0.0:.2f} (K={config.drafts}, {length}; per position "
                          f"{' '.join(f'{a:.2f}' for a in drafted)})")
     if compare_ar:
