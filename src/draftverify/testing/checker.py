@@ -63,7 +63,7 @@ class DecodeTrace:
     calls: int  # target calls: verify calls, and a draft-length policy's L = 0 calls
     accepted: int  # draft tokens accepted over all calls
     rejections: int  # calls that ended with a correction token rather than a bonus token
-    verified: int = 0  # verify calls (L >= 1)
+    verified: int  # verify calls (L >= 1)
 
 
 PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
@@ -80,9 +80,10 @@ class ExactnessReport:
     outcomes pooled, see :func:`goodness_of_fit`); an outcome of target probability 0 gives p = 0;
     NaN when the bins leave no degree of freedom (no test at all).
 
-    ``status`` is ``"failed"`` when p <= ``threshold``, ``"inconclusive"`` when the test cannot
-    judge: no degree of freedom, or ``detectable_tv`` (the smallest total variation from the
-    target the test detects with power 0.9 at level ``threshold``, see :func:`detectable_tv`)
+    ``status`` is ``"inconclusive"`` when the verifier was never called (a draft-length policy
+    chose L = 0 at every call), else ``"failed"`` when p <= ``threshold``, ``"inconclusive"`` when
+    the test cannot judge: no degree of freedom, or ``detectable_tv`` (the smallest total variation
+    from the target the test detects with power 0.9 at level ``threshold``, see :func:`detectable_tv`)
     above ``detect_tv``; ``"passed"`` otherwise. ``reason`` says why in one sentence.
     """
 
@@ -270,8 +271,11 @@ def detectable_tv(law: np.ndarray, samples: int, threshold: float, power: float 
     return float(min(1.0, np.sqrt(noncentrality / (4 * samples)) + mass[shared].sum()))
 
 
-def _verdict(p_value: float, dof: int, detectable: float, detect_tv: float, threshold: float) -> tuple[str, str]:
-    """(status, reason) of a checker run; see :class:`ExactnessReport`."""
+def _verdict(p_value: float, dof: int, detectable: float, detect_tv: float, threshold: float,
+             verified: int) -> tuple[str, str]:
+    """(status, reason) of a checker run over ``verified`` verify calls; see :class:`ExactnessReport`."""
+    if not verified:  # a draft-length policy took L = 0 at every call: the target's own law, nothing judged
+        return INCONCLUSIVE, "the verifier was never called: the draft-length policy chose L = 0 at every call"
     if p_value <= threshold:
         return FAILED, f"p = {p_value:.3g} <= {threshold:g}: the decoded law is not the target's"
     if dof < 1:
@@ -341,9 +345,7 @@ def check_exactness(
     law = pair.target.law(num_tokens).ravel()
     p_value, statistic, dof = goodness_of_fit(counts, law)
     detectable = detectable_tv(law, samples, threshold)
-    status, reason = _verdict(p_value, dof, detectable, detect_tv, threshold)
-    if not verified:  # a draft-length policy took L = 0 at every call: the target's own law, nothing judged
-        status, reason = INCONCLUSIVE, "the verifier was never called: the draft-length policy chose L = 0 at every call"
+    status, reason = _verdict(p_value, dof, detectable, detect_tv, threshold, verified)
     return ExactnessReport(
         status=status,
         reason=reason,

@@ -111,7 +111,6 @@ class KnownLawPair:
         return model.conditional(list(prefix) + [int(t) for t in drafted])
 
 
-
 def random_pair(
     vocab_size: int = 4,
     order: int = 2,
