@@ -3,6 +3,7 @@ wrong; nothing is clipped or renormalised (the project's rule, see :mod:`draftve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,18 @@ def as_float_array(value, name: str) -> np.ndarray:
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name}: contains NaN or infinite values")
     return array
+
+
+def as_floats(values, name: str) -> list[float]:
+    """``values`` as a list of Python floats (for a few numbers, where numpy's per-call cost would
+    dominate); ``ValueError`` if it is not a 1-D sequence of finite numbers."""
+    try:
+        floats = [float(v) for v in values]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}: expected a 1-D sequence of numbers, got {values!r}") from error
+    if not all(math.isfinite(v) for v in floats):
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    return floats
 
 
 def rate(value, name: str, *, low: float = 0.0, high: float = 1.0, open_high: bool = False) -> np.ndarray:

@@ -54,9 +54,8 @@ bias, and ``tune`` prints it.
 
 from __future__ import annotations
 
-import math
-
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -309,8 +308,8 @@ def least_squares_line(draft_lengths, seconds, weights=None) -> tuple[float, flo
     ``draft_lengths`` [M] (``weights`` [M] >= 0, default 1); slope 0 where one length has weight.
     Plain floats, not numpy: ``draft_length="auto"`` fits two such lines of at most 9 points at
     every decoding step, where numpy's per-call cost (about 50 us) was 1-2% of a step."""
-    x, y = _floats(draft_lengths, "draft_lengths"), _floats(seconds, "seconds")
-    w = [1.0] * len(x) if weights is None else _floats(weights, "weights")
+    x, y = _validate.as_floats(draft_lengths, "draft_lengths"), _validate.as_floats(seconds, "seconds")
+    w = [1.0] * len(x) if weights is None else _validate.as_floats(weights, "weights")
     total = math.fsum(w)
     if not len(x) == len(y) == len(w) or min(w, default=-1.0) < 0 or not total > 0:
         raise ValueError("draft_lengths, seconds and weights: expected equal-length 1-D arrays, weights >= 0 "
@@ -320,16 +319,6 @@ def least_squares_line(draft_lengths, seconds, weights=None) -> tuple[float, flo
     slope = math.fsum(a * (b - mean_x) * (c - mean_y) for a, b, c in zip(w, x, y)) / spread if spread > 0 else 0.0
     return mean_y - slope * mean_x, slope
 
-
-def _floats(values, name: str) -> list[float]:
-    """A 1-D sequence of finite numbers as floats; ``ValueError`` naming ``name`` otherwise."""
-    try:
-        floats = [float(v) for v in values]
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name}: expected a 1-D sequence of numbers, got {values!r}") from error
-    if not all(math.isfinite(v) for v in floats):
-        raise ValueError(f"{name}: contains NaN or infinite values")
-    return floats
 
 
 @dataclass(frozen=True)
