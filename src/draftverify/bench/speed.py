@@ -316,7 +316,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
     ar_speed = ar["tokens"] / ar["seconds"]
     ar_decode = (ar["tokens"] - ar["first_tokens"]) / (ar["seconds"] - ar["first_seconds"])
     target_call = ar["target_seconds"] / ar["target_calls"]
-    rows = []
+    rows, fixed = [], args.draft_length != AUTO  # auto: no one L for the assisted acceptance and the prediction
     for name, t in totals.items():
         speed = t["tokens"] / t["seconds"]
         decode = None if "first_seconds" not in t else \
@@ -327,7 +327,6 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
                              decode_vs_ar=decode / ar_decode))
             continue
         per_call = t["tokens"] / t["target_calls"]
-        fixed = args.draft_length != AUTO
         if name == ASSISTED:  # transformers reports no rejections: per drafted token, with one L
             acceptance = (per_call - 1) / args.draft_length if fixed else None
         else:
