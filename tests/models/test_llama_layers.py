@@ -78,6 +78,32 @@ def test_batches_with_holes_and_draft_trees_decode_alike(quantize):
     assert [r.tokens for r in batches[0]] == [r.tokens for r in batches[1]]
 
 
+def test_grouped_heads_read_their_key_head_in_every_call_shape():
+    """Six query heads over two key heads of 64 (SmolLM2: nine over three): the compiled loop reads
+    each key head's keys and values once for all its queries; every query still attends to its own
+    key head, over lengths that leave partial blocks of eight keys, in one-token, five-token and
+    masked (holes) calls."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=50, hidden_size=384, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(3)
+    model = LlamaForCausalLM(config).eval()
+    compiled, python = TransformersModel(model), TransformersModel(model)
+    assert compiled._lean.compiled is not None
+    python._lean = dataclasses.replace(python._lean, compiled=None)
+    tokens = torch.randint(0, 50, (2, 37), generator=torch.Generator().manual_seed(1))
+    valid = torch.ones(2, 37, dtype=torch.bool)
+    valid[1, :9] = False  # a shorter prompt: holes, so every call takes a mask
+    for holes in (None, valid):
+        caches = [m.new_cache(2) for m in (compiled, python)]
+        close(*[m.forward(c, tokens, holes, num_logits=37) for m, c in zip((compiled, python), caches)])
+        for size in (1, 5, 1, 5):
+            nxt = torch.randint(0, 50, (2, size), generator=torch.Generator().manual_seed(size))
+            close(*[m.forward(c, nxt, None if holes is None else torch.ones(2, size, dtype=torch.bool), num_logits=size)
+                    for m, c in zip((compiled, python), caches)])
+
+
 def test_the_python_loop_runs_where_a_product_is_eager_or_heads_are_odd_sizes():
     for model in (TransformersModel(block_llama(), kernel="eager"), TransformersModel(block_llama(), quantize="gguf-q8", kernel="eager"),
                   TransformersModel(tiny_causal_lm(50, arch="llama", width=36, dtype=torch.float32))):  # heads of 18

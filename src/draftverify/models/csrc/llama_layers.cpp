@@ -86,41 +86,40 @@ struct Mask {
   bool sees(int64_t b, int64_t s, int64_t t) const { return data == nullptr || data[b * row + s * query + t * key]; }
 };
 
-// Scores q k_t / sqrt(D) of one query [D] against keys t in [0, T) (row stride kt), eight keys at a
-// time: eight accumulators over the head's 8-float chunks, then one 8 x 8 transposing sum.
-void scores(const float* query, const float* key, int64_t kt, int64_t T, int64_t D, float scale, float* out) {
-  int64_t t = 0;
-  for (; t + 8 <= T; t += 8) {
-    __m256 acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8) {
-      const __m256 q = _mm256_loadu_ps(query + d);
-      for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(q, _mm256_loadu_ps(key + (t + j) * kt + d), acc[j]);
-    }
-    // lane j of the result: the sum of acc[j]'s eight lanes
-    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-    const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
-    const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-    _mm256_storeu_ps(out + t, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
+// Scores q k_t / sqrt(D) of one query [D] against the eight keys from `key` (row stride kt): eight
+// accumulators over the head's 8-float chunks, then one 8 x 8 transposing sum.
+inline void scores8(const float* query, const float* key, int64_t kt, int64_t D, float scale, float* out) {
+  __m256 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    const __m256 q = _mm256_loadu_ps(query + d);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(q, _mm256_loadu_ps(key + j * kt + d), acc[j]);
   }
-  for (; t < T; ++t) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(query + d), _mm256_loadu_ps(key + t * kt + d), acc);
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, acc);
-    out[t] = (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))) * scale;
-  }
+  // lane j of the result: the sum of acc[j]'s eight lanes
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  _mm256_storeu_ps(out, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
 }
 
-// out [D] = sum_t probs[t] value_t over t in [0, T) (row stride vt): 64 floats of the head at a time
-// in eight accumulators (one broadcast of probs[t] for all of them), a remainder of 8-float chunks
-// with four accumulators over t.
-void weighted_sum(const float* probs, const float* value, int64_t vt, int64_t T, int64_t D, float* out) {
+// The score of one query [D] against one key [D].
+inline float score1(const float* query, const float* key, int64_t D, float scale) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(query + d), _mm256_loadu_ps(key + d), acc);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  return (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))) * scale;
+}
+
+// out [D] += sum_t probs[t] value_t over the n <= 8 rows from `value` (row stride vt), t in order: 64
+// floats of the head at a time in eight accumulators (one broadcast of probs[t] for all of them), the
+// rest 8 floats at a time. Each output float adds its terms in the order of t, whatever the blocks.
+inline void accumulate8(const float* probs, const float* value, int64_t vt, int64_t n, int64_t D, float* out) {
   int64_t d = 0;
   for (; d + 64 <= D; d += 64) {
     __m256 acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t t = 0; t < T; ++t) {
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_loadu_ps(out + d + 8 * j);
+    for (int64_t t = 0; t < n; ++t) {
       const __m256 p = _mm256_set1_ps(probs[t]);
       const float* row = value + t * vt + d;
       for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(row + 8 * j), acc[j]);
@@ -128,20 +127,60 @@ void weighted_sum(const float* probs, const float* value, int64_t vt, int64_t T,
     for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + d + 8 * j, acc[j]);
   }
   for (; d < D; d += 8) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t t = 0;
-    for (; t + 4 <= T; t += 4)
-      for (int j = 0; j < 4; ++j)
-        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(probs[t + j]), _mm256_loadu_ps(value + (t + j) * vt + d), acc[j]);
-    for (; t < T; ++t) acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(probs[t]), _mm256_loadu_ps(value + t * vt + d), acc[0]);
-    _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    __m256 acc = _mm256_loadu_ps(out + d);
+    for (int64_t t = 0; t < n; ++t) acc = _mm256_fmadd_ps(_mm256_set1_ps(probs[t]), _mm256_loadu_ps(value + t * vt + d), acc);
+    _mm256_storeu_ps(out + d, acc);
   }
 }
+
+constexpr int64_t kNearKeys = 16, kFarKeys = 64;  // rows ahead of the block read prefetched into L1, into L2
+
+// Prefetch the D floats of rows t + kNearKeys .. + 7 into L1 and t + kFarKeys .. + 7 into L2, those
+// below T, of the rows [T, D] from `rows` (row stride stride).
+inline void prefetch_ahead(const float* rows, int64_t t, int64_t T, int64_t stride, int64_t D) {
+  for (int64_t r = t; r < t + 8; ++r)
+    for (int64_t d = 0; d < D; d += 16) {
+      if (r + kNearKeys < T) _mm_prefetch(reinterpret_cast<const char*>(rows + (r + kNearKeys) * stride + d), _MM_HINT_T0);
+      if (r + kFarKeys < T) _mm_prefetch(reinterpret_cast<const char*>(rows + (r + kFarKeys) * stride + d), _MM_HINT_T1);
+    }
+}
+
+// The queries of one key/value head (grouped-query attention: every query head h with h / (H / H_kv)
+// equal to it, at every query position of one row): each query [D], its row of scores or
+// probabilities [T], its output [D]. Their keys and values are read in blocks of eight for all of
+// them at once, so each streams from memory once per layer, not once per query head and position.
+struct Group {
+  std::vector<const float*> queries;
+  std::vector<float*> scores;
+  std::vector<float*> outputs;
+
+  // scores[j][t] = q_j k_t / sqrt(D) for keys t in [0, T) (row stride kt)
+  void score(const float* key, int64_t kt, int64_t T, int64_t D, float scale) const {
+    int64_t t = 0;
+    for (; t + 8 <= T; t += 8) {
+      prefetch_ahead(key, t, T, kt, D);
+      for (std::size_t j = 0; j < queries.size(); ++j) scores8(queries[j], key + t * kt, kt, D, scale, scores[j] + t);
+    }
+    for (; t < T; ++t)
+      for (std::size_t j = 0; j < queries.size(); ++j) scores[j][t] = score1(queries[j], key + t * kt, D, scale);
+  }
+
+  // outputs[j] = sum_t probs[j][t] v_t over t in [0, T) (row stride vt), probs in the rows `scores`
+  void weigh(const float* value, int64_t vt, int64_t T, int64_t D) const {
+    for (float* out : outputs) std::fill_n(out, D, 0.0f);
+    for (int64_t t = 0; t < T; t += 8) {
+      prefetch_ahead(value, t, T, vt, D);
+      for (std::size_t j = 0; j < outputs.size(); ++j)
+        accumulate8(scores[j] + t, value + t * vt, vt, std::min<int64_t>(8, T - t), D, outputs[j]);
+    }
+  }
+};
 
 // One layer's attention for queries q [B, S, H, D] over the cache's keys and values [B, H_kv, T, D]
 // (strided), T = start + S: softmax(q k / sqrt(D)) v over the keys the mask lets each query see,
 // query head h reading key head h / (H / H_kv); per chunk of queries the softmax is one ATen call
-// (its vectorised exp). out [B, S, H, D].
+// (its vectorised exp). out [B, S, H, D]. Every score and output float is summed as a query alone
+// would sum it: the grouping changes which memory the keys and values come from, not the arithmetic.
 constexpr int64_t kScoreFloats = int64_t{1} << 20;
 
 void attend(const float* q, const at::Tensor& keys, const at::Tensor& values, int64_t B, int64_t S, int64_t H,
@@ -151,28 +190,40 @@ void attend(const float* q, const at::Tensor& keys, const at::Tensor& values, in
   const int64_t kb = keys.stride(0), kh = keys.stride(1), kt = keys.stride(2);
   const int64_t vb = values.stride(0), vh = values.stride(1), vt = values.stride(2);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t G = H / H_kv;  // query heads per key head
   // queries (b, s) in chunks whose scores take at most kScoreFloats (a long prompt's S x T stays bounded)
   const int64_t chunk = std::max<int64_t>(1, std::min(B * S, kScoreFloats / (H * T)));
   at::Tensor buffer = at::empty({chunk * H, T}, keys.options());
+  Group group;
   for (int64_t first = 0; first < B * S; first += chunk) {
     const int64_t count = std::min(chunk, B * S - first);
     at::Tensor logits = buffer.narrow(0, 0, count * H);
     float* w = logits.data_ptr<float>();
-    for (int64_t i = first; i < first + count; ++i) {  // query i: row b = i / S, position s = i % S
-      const int64_t b = i / S, s = i % S;
-      for (int64_t h = 0; h < H; ++h) {
-        float* row = w + ((i - first) * H + h) * T;
-        scores(q + (i * H + h) * D, k + b * kb + h / (H / H_kv) * kh, kt, T, D, scale, row);
-        if (mask.data != nullptr)
-          for (int64_t t = 0; t < T; ++t)
-            if (!mask.sees(b, s, t)) row[t] = -std::numeric_limits<float>::infinity();
+    // run(b, g) with `group` holding the chunk's queries of row b and key head g, their rows in `rows`
+    const auto each_group = [&](float* rows, const auto& run) {
+      for (int64_t i = first; i < first + count;) {  // query i: row b = i / S, position s = i % S
+        const int64_t b = i / S, end = std::min(first + count, (b + 1) * S);
+        for (int64_t g = 0; g < H_kv; ++g) {
+          group.queries.clear(), group.scores.clear(), group.outputs.clear();
+          for (int64_t j = i; j < end; ++j)
+            for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+              group.queries.push_back(q + (j * H + h) * D);
+              group.scores.push_back(rows + ((j - first) * H + h) * T);
+              group.outputs.push_back(out + (j * H + h) * D);
+            }
+          run(b, g);
+        }
+        i = end;
       }
-    }
+    };
+    each_group(w, [&](int64_t b, int64_t g) { group.score(k + b * kb + g * kh, kt, T, D, scale); });
+    if (mask.data != nullptr)
+      for (int64_t i = first; i < first + count; ++i)
+        for (int64_t t = 0; t < T; ++t)
+          if (!mask.sees(i / S, i % S, t))
+            for (int64_t h = 0; h < H; ++h) w[((i - first) * H + h) * T + t] = -std::numeric_limits<float>::infinity();
     const at::Tensor probs = at::_softmax(logits, -1, false);
-    const float* p = probs.data_ptr<float>();
-    for (int64_t i = first; i < first + count; ++i)
-      for (int64_t h = 0; h < H; ++h)
-        weighted_sum(p + ((i - first) * H + h) * T, v + i / S * vb + h / (H / H_kv) * vh, vt, T, D, out + (i * H + h) * D);
+    each_group(probs.data_ptr<float>(), [&](int64_t b, int64_t g) { group.weigh(v + b * vb + g * vh, vt, T, D); });
   }
 }
 
