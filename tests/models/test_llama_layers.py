@@ -82,7 +82,8 @@ def test_grouped_heads_read_their_key_head_in_every_call_shape():
     """Six query heads over two key heads of 64 (SmolLM2: nine over three): the compiled loop reads
     each key head's keys and values once for all its queries; every query still attends to its own
     key head, over lengths that leave partial blocks of eight keys, in one-token, five-token and
-    masked (holes) calls."""
+    masked (holes) calls; the compiled loop skips the padding's products and attention, so only
+    the other positions' logits are compared there."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=50, hidden_size=384, intermediate_size=256, num_hidden_layers=2,
@@ -97,11 +98,46 @@ def test_grouped_heads_read_their_key_head_in_every_call_shape():
     valid[1, :9] = False  # a shorter prompt: holes, so every call takes a mask
     for holes in (None, valid):
         caches = [m.new_cache(2) for m in (compiled, python)]
-        close(*[m.forward(c, tokens, holes, num_logits=37) for m, c in zip((compiled, python), caches)])
+        seen = valid if holes is not None else torch.ones_like(valid)  # logits at padding are no one's
+        close(*[m.forward(c, tokens, holes, num_logits=37)[seen] for m, c in zip((compiled, python), caches)])
         for size in (1, 5, 1, 5):
             nxt = torch.randint(0, 50, (2, size), generator=torch.Generator().manual_seed(size))
             close(*[m.forward(c, nxt, None if holes is None else torch.ones(2, size, dtype=torch.bool), num_logits=size)
                     for m, c in zip((compiled, python), caches)])
+
+
+@pytest.mark.parametrize("quantize", FORMATS)
+def test_padding_takes_no_part_in_the_products(quantize):
+    """Positions marked not valid (a batch's left padding) leave the compiled loop as they came in
+    (their products and attention skipped: nothing is added to their states) and their cache slots
+    hold zeros (whatever the buffer held: the next call weighs their values by 0); every other
+    position gets what the Python loop, which computes all of them, gives it, in that call and the next."""
+    from draftverify.models.llama import llama_layers
+    from draftverify.models.masks import slot_mask
+    from draftverify.models.static_cache import StaticKV
+
+    compiled, python = twins(quantize)
+    valid = torch.ones(3, 12, dtype=torch.bool)
+    valid[1, :5], valid[2, :11] = False, False
+    x = torch.randn(3, 12, 128, generator=torch.Generator().manual_seed(6))
+    positions = (valid.cumsum(1) - 1).clamp(min=0)
+    then = torch.cat([valid, torch.ones(3, 1, dtype=torch.bool)], 1)  # one more token on every row
+    outs = []
+    for model, skip in ((compiled, valid), (python, None)):
+        lean = model._lean
+        kv = StaticKV(len(lean.layers), 3, lean.kv_heads, lean.head_dim, 16, torch.float32)
+        for buffer in kv.keys + kv.values:
+            buffer.fill_(float("nan"))  # what a grown or reordered buffer may hold
+        with torch.inference_mode():
+            kv.reserve(12)
+            first = llama_layers(lean, kv, x, positions, slot_mask(valid, 12), skip)
+            kv.advance(12)
+            kv.reserve(1)
+            second = llama_layers(lean, kv, x[:, -1:], positions[:, -1:] + 1, slot_mask(then, 1))
+        outs.append((first, second))
+    assert torch.equal(outs[0][0][~valid], x[~valid])  # padding: nothing added
+    close(outs[0][0][valid], outs[1][0][valid])
+    close(outs[0][1], outs[1][1])  # finite: the padding's slots were zeroed
 
 
 def test_the_python_loop_runs_where_a_product_is_eager_or_heads_are_odd_sizes():

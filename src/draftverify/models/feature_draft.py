@@ -245,17 +245,17 @@ class FeatureDraft(LanguageModel):
         backend, kv = cache.backend, cache.backend.kv
         rows, size = tokens.shape
         positions = positions.expand(rows, size)
+        valid = cache.valid[:, -size:] if holes else None  # [B, S]: the chunk's padding, which the layer skips
         with torch.inference_mode():
             features, exact = self._features(cache, positions)  # [B, S, E], [B, S]
             x = self.fc(torch.cat([self.embedding[tokens], features], -1).view(rows * size, -1)).view(rows, size, -1)
             mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
             kv.reserve(size)
-            hidden = F.rms_norm(llama_layers(self.layer, kv, x, positions, mask), self.norm_shape, self.norm_weight,
-                                self.norm_eps)  # [B, S, E]
+            hidden = F.rms_norm(llama_layers(self.layer, kv, x, positions, mask, valid), self.norm_shape,
+                                self.norm_weight, self.norm_eps)  # [B, S, E]
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
             subset = output_logits(self.output, self.head_module.head, hidden[:, -num_logits:]).view(rows * num_logits, -1)  # [B n, N]
-        valid = cache.valid[:, -size:] if holes else None
         fresh = (exact if valid is None else valid & exact).sum(1).tolist()  # leading new slots computed from the target's features
         counts = [size] * rows if valid is None else valid.sum(1).tolist()
         for b in range(rows):

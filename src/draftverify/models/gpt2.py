@@ -194,7 +194,9 @@ class GPT2Weights:
         return linear_bytes(self.blocks, self.head)
 
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                 num_logits: int) -> torch.Tensor:
+                 num_logits: int, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """:func:`gpt2_forward`; ``valid`` (the chunk's padding, as :func:`~.llama.llama_layers` takes
+        it) is not read: every position is computed."""
         return gpt2_forward(self, write, tokens, positions, mask, num_logits)
 
 

@@ -178,7 +178,8 @@ class TransformersModel(LanguageModel):
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
                 keep = (kv.write_features,) if self.feature_size else ()  # hidden states for a feature draft
-                logits = self._lean(kv, tokens, positions, mask, num_logits, *keep)
+                valid = cache.valid[:, -tokens.shape[1]:] if cache.holes else None  # the chunk's padding is skipped
+                logits = self._lean(kv, tokens, positions, mask, num_logits, *keep, valid=valid)
                 kv.advance(tokens.shape[1])
             elif self._lean is not None:
                 layers = cache.backend.layers

@@ -75,8 +75,9 @@ class LlamaWeights:
         return linear_bytes(self.layers, self.head)
 
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                 num_logits: int, keep: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
-        return llama_forward(self, write, tokens, positions, mask, num_logits, keep)
+                 num_logits: int, keep: Callable[[torch.Tensor], None] | None = None,
+                 valid: torch.Tensor | None = None) -> torch.Tensor:
+        return llama_forward(self, write, tokens, positions, mask, num_logits, keep, valid)
 
 
 def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = None) -> tuple[Any, ...]:
@@ -135,11 +136,12 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
                   mask: torch.Tensor | None, num_logits: int,
-                  keep: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+                  keep: Callable[[torch.Tensor], None] | None = None, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Logits [B, num_logits, V] after the last ``num_logits`` of ``tokens`` [B, S]; arguments as
-    :func:`~.gpt2.gpt2_forward`. ``keep``, if given, receives the final hidden states (after the
-    final norm, what the output layer reads) at all S positions, [B, S, E]: a feature draft's input."""
-    x = llama_layers(weights, write, weights.embedding[tokens], positions, mask)  # [B, S, E]
+    :func:`~.gpt2.gpt2_forward`, ``valid`` as :func:`llama_layers`. ``keep``, if given, receives the
+    final hidden states (after the final norm, what the output layer reads) at all S positions,
+    [B, S, E]: a feature draft's input (at padding, whatever the layers left there)."""
+    x = llama_layers(weights, write, weights.embedding[tokens], positions, mask, valid)  # [B, S, E]
     if keep is None:
         return output_logits(weights.head, weights.head_module, weights.final_norm(x[:, -num_logits:]))
     x = weights.final_norm(x)  # [B, S, E]
@@ -148,7 +150,7 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
 
 
 def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch.Tensor,
-                 mask: torch.Tensor | None) -> torch.Tensor:
+                 mask: torch.Tensor | None, valid: torch.Tensor | None = None) -> torch.Tensor:
     """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
     ``head_dim``) applied to the input states ``x`` [B, S, E]: the states after the last layer.
     Fewer operations a layer than the model's modules, the same arithmetic: the RMS norms as one
@@ -156,7 +158,10 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     Where ``write`` is a :class:`.static_cache.StaticKV` and ``weights.compiled`` is set, the loop
     runs in C++ (``csrc/llama_layers.cpp``): the same arithmetic in plain loops (norms, angles,
     attention, gate) around the compiled products, summed in another order (the same results to
-    float32 rounding), without the interpreter or ATen's per-operation dispatch between them."""
+    float32 rounding), without the interpreter or ATen's per-operation dispatch between them.
+    ``valid`` [B, S] (bool; None: all), where the chunk's positions are padding (False) that no one
+    reads (the mask hides them): the compiled loop skips their products and attention (a batch's
+    left-padded prompts), the Python loop computes them; the other positions come out alike."""
     rows, size, width = x.shape
     cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]
@@ -164,7 +169,7 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     compiled = getattr(weights, "compiled", None)
     if compiled is not None and isinstance(write, StaticKV):
-        return torch.ops.draftverify.llama_layers(x, cos, sin, mask, write.keys, write.values, write.length,
+        return torch.ops.draftverify.llama_layers(x, cos, sin, mask, valid, write.keys, write.values, write.length,
                                                   heads, kv_heads, head_dim, *compiled)
     for index, (norm1, qkv, o_proj, norm2, gate_up, down) in enumerate(weights.layers):
         h = F.rms_norm(x, (width,), norm1.weight, norm1.variance_epsilon).view(-1, width)  # [B S, E], as norm1(x)

@@ -6,11 +6,16 @@
 // layer, each a few microseconds of dispatch and allocation, together as much as the call's matrix
 // products once these stream GGUF blocks; here a layer's work outside its four products is a few
 // microseconds. The products are the panel kernel's (panel_mm.cpp); the keys and values go straight
-// into the static cache's buffers (draftverify.models.static_cache.StaticKV).
+// into the static cache's buffers (draftverify.models.static_cache.StaticKV). Positions marked as
+// padding (`valid`) are left out of every product and of attention: a batch of prompts of different
+// lengths pays for its tokens, not for its rectangle.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/index_copy.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/silu.h>
 #include <torch/library.h>
 #include <immintrin.h>
@@ -176,36 +181,39 @@ struct Group {
   }
 };
 
-// One layer's attention for queries q [B, S, H, D] over the cache's keys and values [B, H_kv, T, D]
-// (strided), T = start + S: softmax(q k / sqrt(D)) v over the keys the mask lets each query see,
-// query head h reading key head h / (H / H_kv); per chunk of queries the softmax is one ATen call
-// (its vectorised exp). out [B, S, H, D]. Every score and output float is summed as a query alone
+// One layer's attention for n queries q [n, H, D] over the cache's keys and values [B, H_kv, T, D]
+// (strided), T = start + S, query r at row b = live[r] / S and position s = live[r] % S (the
+// live positions of the chunk, in order): softmax(q k / sqrt(D)) v over the keys the mask lets each query
+// see, query head h reading key head h / (H / H_kv); per chunk of queries the softmax is one ATen
+// call (its vectorised exp). out [n, H, D]. Every score and output float is summed as a query alone
 // would sum it: the grouping changes which memory the keys and values come from, not the arithmetic.
 constexpr int64_t kScoreFloats = int64_t{1} << 20;
 
-void attend(const float* q, const at::Tensor& keys, const at::Tensor& values, int64_t B, int64_t S, int64_t H,
-            int64_t H_kv, int64_t D, int64_t T, const Mask& mask, float* out) {
+void attend(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values, int64_t S,
+            int64_t H, int64_t H_kv, int64_t D, int64_t T, const Mask& mask, float* out) {
   const float* k = keys.data_ptr<float>();
   const float* v = values.data_ptr<float>();
   const int64_t kb = keys.stride(0), kh = keys.stride(1), kt = keys.stride(2);
   const int64_t vb = values.stride(0), vh = values.stride(1), vt = values.stride(2);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t G = H / H_kv;  // query heads per key head
-  // queries (b, s) in chunks whose scores take at most kScoreFloats (a long prompt's S x T stays bounded)
-  const int64_t chunk = std::max<int64_t>(1, std::min(B * S, kScoreFloats / (H * T)));
+  // queries in chunks whose scores take at most kScoreFloats (a long prompt's S x T stays bounded)
+  const int64_t chunk = std::max<int64_t>(1, std::min(n, kScoreFloats / (H * T)));
   at::Tensor buffer = at::empty({chunk * H, T}, keys.options());
   Group group;
-  for (int64_t first = 0; first < B * S; first += chunk) {
-    const int64_t count = std::min(chunk, B * S - first);
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t count = std::min(chunk, n - first);
     at::Tensor logits = buffer.narrow(0, 0, count * H);
     float* w = logits.data_ptr<float>();
     // run(b, g) with `group` holding the chunk's queries of row b and key head g, their rows in `rows`
     const auto each_group = [&](float* rows, const auto& run) {
-      for (int64_t i = first; i < first + count;) {  // query i: row b = i / S, position s = i % S
-        const int64_t b = i / S, end = std::min(first + count, (b + 1) * S);
+      for (int64_t r = first; r < first + count;) {
+        const int64_t b = live[r] / S;
+        int64_t end = r;
+        while (end < first + count && live[end] / S == b) ++end;
         for (int64_t g = 0; g < H_kv; ++g) {
           group.queries.clear(), group.scores.clear(), group.outputs.clear();
-          for (int64_t j = i; j < end; ++j)
+          for (int64_t j = r; j < end; ++j)
             for (int64_t h = g * G; h < (g + 1) * G; ++h) {
               group.queries.push_back(q + (j * H + h) * D);
               group.scores.push_back(rows + ((j - first) * H + h) * T);
@@ -213,23 +221,23 @@ void attend(const float* q, const at::Tensor& keys, const at::Tensor& values, in
             }
           run(b, g);
         }
-        i = end;
+        r = end;
       }
     };
     each_group(w, [&](int64_t b, int64_t g) { group.score(k + b * kb + g * kh, kt, T, D, scale); });
     if (mask.data != nullptr)
-      for (int64_t i = first; i < first + count; ++i)
+      for (int64_t r = first; r < first + count; ++r)
         for (int64_t t = 0; t < T; ++t)
-          if (!mask.sees(i / S, i % S, t))
-            for (int64_t h = 0; h < H; ++h) w[((i - first) * H + h) * T + t] = -std::numeric_limits<float>::infinity();
+          if (!mask.sees(live[r] / S, live[r] % S, t))
+            for (int64_t h = 0; h < H; ++h) w[((r - first) * H + h) * T + t] = -std::numeric_limits<float>::infinity();
     const at::Tensor probs = at::_softmax(logits, -1, false);
     each_group(probs.data_ptr<float>(), [&](int64_t b, int64_t g) { group.weigh(v + b * vb + g * vh, vt, T, D); });
   }
 }
 
 at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask,
-                        at::TensorList keys, at::TensorList values, int64_t start, int64_t heads, int64_t kv_heads,
-                        int64_t head_dim, at::TensorList norms, c10::ArrayRef<double> eps, at::IntArrayRef kind,
+                        const std::optional<at::Tensor>& valid, at::TensorList keys, at::TensorList values, int64_t start,
+                        int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms, c10::ArrayRef<double> eps, at::IntArrayRef kind,
                         at::TensorList weights,
                         const c10::List<std::optional<at::Tensor>>& scales,
                         const c10::List<std::optional<at::Tensor>>& offsets,
@@ -246,52 +254,81 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
   const at::Tensor c = cos.expand({rows, 1, size, D}).contiguous(), sn = sin.expand({rows, 1, size, D}).contiguous();
   TORCH_CHECK(head_dim % 8 == 0, "llama_layers: the head size must be a multiple of 8, got ", head_dim);
   const Mask seen(mask);
-  x = x.contiguous().clone();  // the residual stream, updated in place
-  float* stream = x.data_ptr<float>();
-  at::Tensor h = at::empty({n, width}, x.options()), q = at::empty({n, H * D}, x.options());
-  at::Tensor attended = at::empty({n, H * D}, x.options());
+  // The live positions (flat b S + s, in order): all of them, or those `valid` marks (False: a batch's
+  // padding, which the mask hides and no one reads). The layers run on the live rows only; the others
+  // leave as they came in, their keys and values zeros (a masked key's value still meets a weight of 0).
+  std::vector<int64_t> live(n);
+  for (int64_t j = 0; j < n; ++j) live[j] = j;
+  if (valid.has_value()) {
+    TORCH_CHECK(valid->scalar_type() == at::kBool && valid->dim() == 2 && valid->size(0) == rows && valid->size(1) == size,
+                "llama_layers: valid must be boolean [B, S] like x's first two dimensions");
+    const at::Tensor flat = valid->reshape({n}).contiguous();
+    const bool* marked = flat.data_ptr<bool>();
+    live.erase(std::remove_if(live.begin(), live.end(), [&](int64_t j) { return !marked[j]; }), live.end());
+  }
+  const int64_t m = static_cast<int64_t>(live.size());
+  const bool all = m == n;
+  const at::Tensor kept = all ? at::Tensor() : at::from_blob(live.data(), {m}, at::kLong);
+  x = x.contiguous();
+  // [m, E]: the live positions' residual stream, updated in place
+  at::Tensor y = all ? x.clone() : at::index_select(x.view({n, width}), 0, kept);
+  float* stream = y.data_ptr<float>();
+  at::Tensor h = at::empty({m, width}, x.options()), q = at::empty({m, H * D}, x.options());
+  at::Tensor attended = at::empty({m, H * D}, x.options());
   const auto add = [&](const at::Tensor& update) {
     const float* u = update.data_ptr<float>();
-    for (int64_t j = 0; j < n * width; ++j) stream[j] += u[j];
+    for (int64_t j = 0; j < m * width; ++j) stream[j] += u[j];
   };
   for (int64_t i = 0; i < layers; ++i) {
-    rms_norm(stream, n, width, norms[2 * i].data_ptr<float>(), eps[2 * i], h.data_ptr<float>());
-    const at::Tensor qkv = product(4 * i, h);  // [n, (H + 2 H_kv) D]
-    const float* all = qkv.data_ptr<float>();
+    rms_norm(stream, m, width, norms[2 * i].data_ptr<float>(), eps[2 * i], h.data_ptr<float>());
+    const at::Tensor qkv = product(4 * i, h);  // [m, (H + 2 H_kv) D]
+    const float* all_heads = qkv.data_ptr<float>();
     float* k = keys[i].data_ptr<float>();
     float* v = values[i].data_ptr<float>();
     const int64_t kb = keys[i].stride(0), kh = keys[i].stride(1), kt = keys[i].stride(2);
     const int64_t vb = values[i].stride(0), vh = values[i].stride(1), vt = values[i].stride(2);
-    for (int64_t b = 0; b < rows; ++b)
-      for (int64_t s = 0; s < size; ++s) {
-        const float* token = all + (b * size + s) * (H + 2 * H_kv) * D;
-        const float* angle_cos = c.data_ptr<float>() + (b * size + s) * D;
-        const float* angle_sin = sn.data_ptr<float>() + (b * size + s) * D;
-        for (int64_t j = 0; j < H; ++j) rotate(token + j * D, angle_cos, angle_sin, D, q.data_ptr<float>() + ((b * size + s) * H + j) * D);
-        for (int64_t j = 0; j < H_kv; ++j) {
-          rotate(token + (H + j) * D, angle_cos, angle_sin, D, k + b * kb + j * kh + (start + s) * kt);
-          std::copy_n(token + (H + H_kv + j) * D, D, v + b * vb + j * vh + (start + s) * vt);
-        }
+    for (int64_t j = 0, r = 0; j < n && !all; ++j) {  // padding: zero keys and values (masked, but weighed by 0)
+      if (r < m && live[r] == j) {
+        ++r;
+        continue;
       }
-    attend(q.data_ptr<float>(), keys[i], values[i], rows, size, H, H_kv, D, T, seen, attended.data_ptr<float>());
+      const int64_t b = j / size, s = j % size;
+      for (int64_t g = 0; g < H_kv; ++g) {
+        std::fill_n(k + b * kb + g * kh + (start + s) * kt, D, 0.0f);
+        std::fill_n(v + b * vb + g * vh + (start + s) * vt, D, 0.0f);
+      }
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t b = live[r] / size, s = live[r] % size;
+      const float* token = all_heads + r * (H + 2 * H_kv) * D;
+      const float* angle_cos = c.data_ptr<float>() + live[r] * D;
+      const float* angle_sin = sn.data_ptr<float>() + live[r] * D;
+      for (int64_t j = 0; j < H; ++j) rotate(token + j * D, angle_cos, angle_sin, D, q.data_ptr<float>() + (r * H + j) * D);
+      for (int64_t j = 0; j < H_kv; ++j) {
+        rotate(token + (H + j) * D, angle_cos, angle_sin, D, k + b * kb + j * kh + (start + s) * kt);
+        std::copy_n(token + (H + H_kv + j) * D, D, v + b * vb + j * vh + (start + s) * vt);
+      }
+    }
+    attend(q.data_ptr<float>(), m, live.data(), keys[i], values[i], size, H, H_kv, D, T, seen, attended.data_ptr<float>());
     add(product(4 * i + 1, attended));
-    rms_norm(stream, n, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
-    const at::Tensor gate_up = product(4 * i + 2, h);  // [n, 2 I]
+    rms_norm(stream, m, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
+    const at::Tensor gate_up = product(4 * i + 2, h);  // [m, 2 I]
     const int64_t I = gate_up.size(1) / 2;
-    at::Tensor act = at::silu(gate_up.narrow(1, 0, I)).contiguous();  // [n, I] (ATen's vectorised exp)
+    at::Tensor act = at::silu(gate_up.narrow(1, 0, I)).contiguous();  // [m, I] (ATen's vectorised exp)
     const float* up = gate_up.data_ptr<float>() + I;
     float* a = act.data_ptr<float>();
-    for (int64_t r = 0; r < n; ++r)
+    for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < I; ++j) a[r * I + j] *= up[r * 2 * I + j];  // silu(gate) up
     add(product(4 * i + 3, act));
   }
-  return x;
+  if (all) return y;
+  return at::index_copy(x.view({n, width}), 0, kept, y).view({rows, size, width});
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(draftverify, m) {
-  m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor[] keys, Tensor[] values, int start, "
+  m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor? valid, Tensor[] keys, Tensor[] values, int start, "
         "int heads, int kv_heads, int head_dim, Tensor[] norms, float[] eps, int[] kind, Tensor[] weights, "
         "Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs) -> Tensor",
         &llama_layers);
