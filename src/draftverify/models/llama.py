@@ -161,7 +161,8 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     float32 rounding), without the interpreter or ATen's per-operation dispatch between them.
     ``valid`` [B, S] (bool; None: all), where the chunk's positions are padding (False) that no one
     reads (the mask hides them): the compiled loop skips their products and attention (a batch's
-    left-padded prompts), the Python loop computes them; the other positions come out alike."""
+    left-padded prompts) and zeroes their cache slots, the Python loop computes them; the other
+    positions come out alike."""
     rows, size, width = x.shape
     cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]
