@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..models.chat import encode_prompt
+from ..rng import sample
 from .corpus import split_corpus
 
 __all__ = ["TeacherConfig", "chat_prompts", "label_shards"]
@@ -97,7 +98,7 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     finished = torch.zeros(rows, dtype=torch.bool)
     for _ in range(max_new_tokens):
         probs = torch.softmax(logits.double(), -1)  # [B, V]
-        token = torch.multinomial(probs, 1, generator=generator)[:, 0]  # [B]
+        token = sample(probs, generator)  # [B]: inverse CDF in float64 (torch.multinomial took a third of a step)
         top = torch.topk(probs, top_k, -1)
         drawn.append(token), top_ids.append(top.indices.to(torch.int32)), top_probs.append(top.values.float())
         finished |= token == eos
