@@ -257,17 +257,17 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
   // The live positions (flat b S + s, in order): all of them, or those `valid` marks (False: a batch's
   // padding, which the mask hides and no one reads). The layers run on the live rows only; the others
   // leave as they came in, their keys and values zeros (a masked key's value still meets a weight of 0).
-  std::vector<int64_t> live(n);
-  for (int64_t j = 0; j < n; ++j) live[j] = j;
+  std::vector<int64_t> live, padding;
+  at::Tensor flat;
   if (valid.has_value()) {
     TORCH_CHECK(valid->scalar_type() == at::kBool && valid->dim() == 2 && valid->size(0) == rows && valid->size(1) == size,
                 "llama_layers: valid must be boolean [B, S] like x's first two dimensions");
-    const at::Tensor flat = valid->reshape({n}).contiguous();
-    const bool* marked = flat.data_ptr<bool>();
-    live.erase(std::remove_if(live.begin(), live.end(), [&](int64_t j) { return !marked[j]; }), live.end());
+    flat = valid->reshape({n}).contiguous();
   }
+  const bool* marked = flat.defined() ? flat.data_ptr<bool>() : nullptr;
+  for (int64_t j = 0; j < n; ++j) (marked == nullptr || marked[j] ? live : padding).push_back(j);
   const int64_t m = static_cast<int64_t>(live.size());
-  const bool all = m == n;
+  const bool all = padding.empty();
   const at::Tensor kept = all ? at::Tensor() : at::from_blob(live.data(), {m}, at::kLong);
   x = x.contiguous();
   // [m, E]: the live positions' residual stream, updated in place
@@ -287,11 +287,7 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
     float* v = values[i].data_ptr<float>();
     const int64_t kb = keys[i].stride(0), kh = keys[i].stride(1), kt = keys[i].stride(2);
     const int64_t vb = values[i].stride(0), vh = values[i].stride(1), vt = values[i].stride(2);
-    for (int64_t j = 0, r = 0; j < n && !all; ++j) {  // padding: zero keys and values (masked, but weighed by 0)
-      if (r < m && live[r] == j) {
-        ++r;
-        continue;
-      }
+    for (const int64_t j : padding) {  // zero keys and values (masked, but weighed by 0)
       const int64_t b = j / size, s = j % size;
       for (int64_t g = 0; g < H_kv; ++g) {
         std::fill_n(k + b * kb + g * kh + (start + s) * kt, D, 0.0f);
