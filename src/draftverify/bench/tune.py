@@ -34,9 +34,10 @@ alone, is the way to keep a draft at hand); a better one by an approximation is 
 
 4. ``verify``: the best settings, the recommended method (the best drafting one where ``ar`` is
    recommended) with ``draft_length="auto"`` and ``"heuristic"``, and ``ar`` decoded on the same
-   prompts (as ``bench speed`` runs them, EOS ignored), measured beside the prediction. Step 3 then runs again and the prediction from those
-   costs stands beside the first (``error_after``): on a shared machine the clock can move over the
-   decodings' minutes, and the two errors bracket that drift.
+   prompts (as ``bench speed`` runs them, EOS ignored), measured beside the prediction. Step 3
+   then runs again and the prediction from those costs stands beside the first
+   (``error_after``): on a shared machine the clock can move over the decodings' minutes, and the
+   two errors bracket that drift.
 """
 
 from __future__ import annotations

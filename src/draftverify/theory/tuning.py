@@ -320,7 +320,6 @@ def least_squares_line(draft_lengths, seconds, weights=None) -> tuple[float, flo
     return mean_y - slope * mean_x, slope
 
 
-
 @dataclass(frozen=True)
 class StepCosts:
     """Seconds of a decoding step with L = 1..L_max drafted tokens, term by term; each tuple holds
