@@ -41,12 +41,33 @@ def test_bucket_losses_are_zero_for_the_teacher_itself_and_bounded():
 def test_answers_come_with_the_law_they_were_drawn_from(target_folder):
     target = TransformersModel.from_pretrained(target_folder)
     prompts = [target.tokenizer.encode("def add(a"), target.tokenizer.encode("x")]
-    answers, ids, probs = answer_batch(target, prompts, 6, target.eos_token_id, 3, torch.Generator().manual_seed(0))
+    answered = answer_batch(target, prompts, 6, target.eos_token_id, 3, torch.Generator().manual_seed(0))
+    answers, ids, probs = answered.tokens, answered.top_ids, answered.top_probs
     assert ids.shape == probs.shape == (2, len(max(answers, key=len)), 3)
     cache = target.new_cache(1)  # the second row alone, teacher-forced: the same top-3
     logits = target.forward(cache, torch.tensor([prompts[1] + answers[1][:-1]]), num_logits=len(answers[1]))[0]
     expected = torch.topk(torch.softmax(logits.double(), -1), 3, -1)
     torch.testing.assert_close(probs[1, : len(answers[1])], expected.values.float(), atol=1e-5, rtol=1e-4)
+
+
+def test_labelling_keeps_the_features_of_every_position(target_folder, tmp_path):
+    """The features read back from the labelling's cache are the target's final hidden states at
+    every position of prompt and answer (a teacher-forced pass of the transformers model), rows of
+    different prompt lengths included (left padding in the batch)."""
+    from draftverify.train.feature_draft import load_feature_rows
+    from draftverify.train.teacher import label_shards
+
+    target = TransformersModel.from_pretrained(target_folder)
+    prompts = ["def add(a, b):", "x", "import os"]
+    teacher = TeacherConfig(batch_size=3, max_new_tokens=7, top_k=4, prompts_per_shard=3)
+    assert label_shards(target, prompts, tmp_path, teacher, log=lambda _: None, features=True) == 1
+    rows = load_feature_rows(tmp_path)
+    assert len(rows) == 3 and len({len(r[0]) for r in rows}) > 1
+    for tokens, _, _, _, features in rows:
+        with torch.inference_mode():
+            expected = target.model.model(input_ids=torch.from_numpy(tokens.astype(np.int64))[None]).last_hidden_state[0]
+        assert features.shape == tuple(expected.shape)
+        torch.testing.assert_close(torch.from_numpy(features.astype(np.float32)), expected, atol=2e-3, rtol=2e-3)
 
 
 def test_a_run_resumes_and_writes_a_loadable_draft(target_folder, tmp_path, monkeypatch):

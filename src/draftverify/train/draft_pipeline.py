@@ -43,7 +43,7 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     began = time.time()
     target = TransformersModel.from_pretrained(target_folder)
     shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,
-                          deadline=time.time() + label_minutes * 60)
+                          deadline=time.time() + label_minutes * 60, features=isinstance(draft, FeatureDraftConfig))
     log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
     if isinstance(draft, NGramConfig):
         return _count_ngrams(target, (workdir / "teacher", *extra_shards), heldout, output, teacher, draft, log)
@@ -52,7 +52,7 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                          f"a {type(draft).__name__})")
     deadline = time.time() + train_minutes * 60
     if isinstance(draft, FeatureDraftConfig):
-        extract_features(target.model, workdir / "teacher", log=log)
+        extract_features(target.model, workdir / "teacher", log=log)  # shards labelled without features (older runs)
         rows = load_feature_rows(workdir / "teacher")
         model = new_head(target.model, rows, draft)
         figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline)

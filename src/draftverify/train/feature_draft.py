@@ -2,8 +2,9 @@
 
 Data: the teacher shards of :mod:`.teacher` (prompts, the target's sampled answers, the target's
 top-k at every answer position) plus the target's features, its final hidden state after the final
-norm at every position, computed once per shard (:func:`extract_features`, ``features-NNNNN.npy``
-beside ``shard-NNNNN.npz``).
+norm at every position, ``features-NNNNN.npy`` beside ``shard-NNNNN.npz``: kept by the labelling's
+own forwards (:func:`.teacher.label_shards` with ``features``), or for shards labelled without them
+computed once per shard (:func:`extract_features`, a second pass over the text).
 
 Loss (EAGLE, Li et al. 2024, section 4: feature regression plus the token loss): with f the
 target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, plus Gaussian noise of

@@ -25,7 +25,7 @@ from ..models.chat import encode_prompt
 from ..rng import sample
 from .corpus import split_corpus
 
-__all__ = ["TeacherConfig", "chat_prompts", "label_shards"]
+__all__ = ["Answers", "TeacherConfig", "answer_batch", "chat_prompts", "label_shards"]
 
 _TASKS = (
     "Write a Python function `{name}({args})`: {doc}",
@@ -79,13 +79,31 @@ def chat_prompts(split: str = "train", seed: int = 0) -> list[str]:
 
 
 @torch.no_grad()
+@dataclass(frozen=True)
+class Answers:
+    """What :func:`answer_batch` returns for B prompts: each row's answer (up to and including eos),
+    the top-k ids and probabilities of the law every answer token was drawn from ``[B, A, k]``, and
+    (when asked for) each row's features ``[len(prompt) + len(answer), E]``: the target's final
+    hidden state after the final norm at every position of prompt and answer, what a feature draft
+    (:mod:`.feature_draft`) trains on."""
+
+    tokens: list[list[int]]
+    top_ids: torch.Tensor
+    top_probs: torch.Tensor
+    features: list[torch.Tensor] | None = None
+
+
 def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int, top_k: int,
-                 generator: torch.Generator) -> tuple[list[list[int]], torch.Tensor, torch.Tensor]:
+                 generator: torch.Generator, features: bool = False) -> Answers:
     """Sample answers to ``prompts`` (token lists) from ``model`` (a :class:`LanguageModel`) at
     temperature 1, all rows at once: left-padded prompts in one call, then one token per call.
 
-    Returns each row's answer (up to and including eos), and the top-k ids and probabilities of the
-    distribution every answer token was drawn from, ``[B, A, k]``."""
+    With ``features`` the model's cache keeps its hidden states (``model.keep_features()``, a lean
+    Llama forward) and they are read back from the cache: the forwards that sampled the answers
+    computed them already, so labelling needs no second pass over the text (one more call feeds the
+    last tokens drawn)."""
+    if features:
+        model.keep_features()
     rows, width = len(prompts), max(map(len, prompts))
     tokens = torch.zeros(rows, width, dtype=torch.int64)
     valid = torch.zeros(rows, width, dtype=torch.bool)
@@ -96,7 +114,9 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     logits = model.forward(cache, tokens, valid)[:, -1]  # [B, V]
     drawn, top_ids, top_probs = [], [], []
     finished = torch.zeros(rows, dtype=torch.bool)
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
+        if step:  # the tokens drawn last; the final ones are never fed (unless features are kept, below)
+            logits = model.forward(cache, token[:, None])[:, -1]
         probs = torch.softmax(logits.double(), -1)  # [B, V]
         token = sample(probs, generator)  # [B]: inverse CDF in float64 (torch.multinomial took a third of a step)
         top = torch.topk(probs, top_k, -1)
@@ -104,20 +124,28 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
         finished |= token == eos
         if bool(finished.all()):
             break
-        logits = model.forward(cache, token[:, None])[:, -1]
     drawn_tokens = torch.stack(drawn, 1).tolist()  # [B, A]
     answers = [row[: row.index(eos) + 1] if eos in row else row for row in drawn_tokens]
-    return answers, torch.stack(top_ids, 1), torch.stack(top_probs, 1)
+    kept = None
+    if features:
+        model.forward(cache, token[:, None])  # the last tokens drawn get their slots, hence their features
+        slots = cache.backend.features  # [B, W, E] in slot order; with holes, a row's valid slots are its positions
+        kept = [(slots[b][cache.valid[b]] if cache.holes else slots[b])[: len(prompts[b]) + len(answers[b])].clone()
+                for b in range(rows)]
+    return Answers(answers, torch.stack(top_ids, 1), torch.stack(top_probs, 1), kept)
 
 
 def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, log=print,
-                 deadline: float | None = None) -> int:
+                 deadline: float | None = None, features: bool = False) -> int:
     """Answer ``prompts`` with ``target`` (a ``TransformersModel`` with a chat tokenizer) and write
     shards to ``out``; returns the number of shards written in this call.
 
     Each shard holds ``tokens`` [n, S] int32 (prompt then answer, right-padded with -1),
     ``answer_start`` [n], ``answer_length`` [n], ``top_ids`` [n, A, k] int32 and ``top_probs``
-    [n, A, k] float16 (A answer positions: the distribution each answer token was drawn from)."""
+    [n, A, k] float16 (A answer positions: the distribution each answer token was drawn from).
+    With ``features`` (a lean Llama target) ``features-NNNNN.npy`` [n, S, E] float16 is written
+    before its shard, the layout of :func:`.feature_draft.extract_features`, taken from the
+    labelling's own forwards (:func:`answer_batch`); padding positions hold zeros."""
     tokenizer = target.tokenizer
     out.mkdir(parents=True, exist_ok=True)
     done = len(list(out.glob("shard-*.npz")))
@@ -128,24 +156,39 @@ def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, l
             break
         start = time.time()
         rows: dict[str, list] = {"tokens": [], "answer_start": [], "top_ids": [], "top_probs": [], "answer_length": []}
+        kept: list[torch.Tensor] = []  # each answered prompt's features [S_i, E] (with ``features``)
         for first in range(shard * per_shard, (shard + 1) * per_shard, config.batch_size):
             ids = [encode_prompt(tokenizer, p, chat=True)[-config.max_prompt_tokens:]
                    for p in prompts[first: first + config.batch_size]]
             generator = torch.Generator().manual_seed(config.seed * 1_000_003 + first)
-            answers, top_ids, top_probs = answer_batch(target, ids, config.max_new_tokens, target.eos_token_id,
-                                                       config.top_k, generator)
-            for b, answer in enumerate(answers):
+            answered = answer_batch(target, ids, config.max_new_tokens, target.eos_token_id, config.top_k, generator,
+                                    features)
+            for b, answer in enumerate(answered.tokens):
                 rows["tokens"].append(np.array(ids[b] + answer, dtype=np.int32))
                 rows["answer_start"].append(len(ids[b]))
                 rows["answer_length"].append(len(answer))
-                rows["top_ids"].append(top_ids[b, : len(answer)].numpy())
-                rows["top_probs"].append(top_probs[b, : len(answer)].numpy().astype(np.float16))
+                rows["top_ids"].append(answered.top_ids[b, : len(answer)].numpy())
+                rows["top_probs"].append(answered.top_probs[b, : len(answer)].numpy().astype(np.float16))
+            kept.extend(answered.features or [])
+        if features:
+            _save_features(out / f"features-{shard:05d}.npy", kept)
         _save(out / f"shard-{shard:05d}.npz", rows, config.top_k)
         written += 1
         tokens = sum(rows["answer_length"])
         log(f"shard {shard}: {tokens} answer tokens in {time.time() - start:.0f} s "
             f"({tokens / (time.time() - start):.1f} tokens/s)")
     return written
+
+
+def _save_features(path: Path, rows: list[torch.Tensor]) -> None:
+    """``rows`` (each [S_i, E]) right-padded with zeros to [n, max S_i, E] float16, renamed into place."""
+    out = np.zeros((len(rows), max(len(r) for r in rows), rows[0].shape[1]), dtype=np.float16)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row.numpy()
+    partial = path.parent / f".{path.name}"
+    with open(partial, "wb") as handle:
+        np.save(handle, out)
+    partial.rename(path)
 
 
 def _save(path: Path, rows: dict[str, list], top_k: int) -> None:
