@@ -96,12 +96,16 @@ class FeatureHead(nn.Module):
         self.head = nn.Linear(width, len(vocab), bias=False)
         self.register_buffer("vocab", vocab)  # [N] token ids
 
-    def forward(self, embedded: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def forward(self, embedded: torch.Tensor, features: torch.Tensor, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher-forced features f^ [B, S, E] from token embeddings [B, S, E] and the features of
-        the previous positions [B, S, E] (row b, position j holds f_{j-1}); causal, no cache."""
+        the previous positions [B, S, E] (row b, position j holds f_{j-1}); no cache. Causal over
+        positions 0..S-1 by default; training's later draft passes give each input its ``positions``
+        [1, S] and the attention ``mask`` [1, 1, S, S] (True: attend)."""
         x = self.fc(torch.cat([embedded, features], -1))
-        positions = torch.arange(x.shape[1])[None]
-        return self.norm(self.layer(x, position_ids=positions, position_embeddings=self.rotary(x, positions)))
+        positions = torch.arange(x.shape[1])[None] if positions is None else positions
+        return self.norm(self.layer(x, attention_mask=mask, position_ids=positions,
+                                    position_embeddings=self.rotary(x, positions)))
 
     def save(self, folder: Path) -> None:
         """``folder/feature-draft.json`` (the target's config and the subset size) and the weights."""

@@ -14,12 +14,16 @@ target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, plu
 
 the last two against the teacher's top-k as :func:`.draft.bucket_losses` defines them, with the
 draft's law over its token subset: teacher tokens outside the subset join the rest bucket, where the
-draft has only what it gives the teacher's other tokens (its probability there is zero). With
-``unroll`` = 2 a second pass reads the first pass's own features f^_{j-1} instead of the target's,
-as every drafted position after the first does while decoding (a simple form of EAGLE-3's
-training-time test, Li et al. 2025: here every position of the second pass reads its own, which is
-harsher than decoding, where the earlier positions hold the target's), and the loss is the mean of
-the passes.
+draft has only what it gives the teacher's other tokens (its probability there is zero).
+
+With ``unroll`` = P > 1, passes 2..P train the drafted positions after the first, as decoding runs
+them (EAGLE-3's training-time test, Li et al. 2025, section 3.3): at drafted position p the draft
+feeds token x_j with its own feature f^_{j-1} from the position before, and attends to the keys
+and values of positions up to j - p + 1 computed from the target's features (pass 1) and to those
+of the drafted positions between, each computed by its own pass. Pass p runs the layer over the
+inputs of passes 1..p side by side under :func:`draft_ahead_mask`; the loss is the mean of the
+passes. (Before 2026-11-27 pass 2 attended to its own pass at every position, harsher than
+decoding, where the earlier positions hold the target's features.)
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import torch.nn.functional as F
 from ..models.feature_draft import FeatureHead
 from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
-__all__ = ["FeatureDraftConfig", "extract_features", "frequent_tokens", "load_feature_rows", "train_feature_head"]
+__all__ = ["FeatureDraftConfig", "draft_ahead_mask", "extract_features", "frequent_tokens", "load_feature_rows", "train_feature_head"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,22 @@ def frequent_tokens(rows, size: int, vocab_size: int) -> torch.Tensor:
     return torch.from_numpy(np.sort(order))
 
 
+def draft_ahead_mask(size: int, passes: int) -> torch.Tensor:
+    """Which keys each query attends to when ``passes`` passes over ``size`` positions run side by
+    side (pass q, 0-based, position j at index q * size + j): [passes size, passes size] bool.
+
+    Query (q, j) is position j drafted q steps ahead of the target's last scored position j - q: it
+    sees pass 0's keys at k <= j - q (computed from the target's features) and pass r's key at
+    j - (q - r) for 1 <= r <= q (the drafted positions between, each from its own pass), as the
+    draft's cache holds them when decoding (module doc). Pass 0 is causal."""
+    j = torch.arange(size)[:, None]  # query position
+    k = torch.arange(size)[None, :]  # key position
+    rows = []
+    for q in range(passes):
+        rows.append(torch.cat([k <= j - q if r == 0 else (k == j - (q - r)) & (r <= q) for r in range(passes)], 1))
+    return torch.cat(rows, 0)
+
+
 def new_head(target, rows, config: FeatureDraftConfig) -> FeatureHead:
     """A feature head for ``target`` (a ``transformers`` Llama) over the teacher's most frequent
     tokens; output layer and final norm start as the target's (its rows of the subset), so f^ lives
@@ -155,14 +175,20 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
         previous = previous + config.noise * scale * torch.randn_like(previous)
         kept = top_probs * (top_ids < len(head.vocab))  # teacher mass outside the subset goes to the rest bucket
         regression = cross_entropy = variation = 0.0
-        for _ in range(config.unroll):  # pass 2 reads the draft's own features of pass 1, as later drafted positions do
-            predicted = head(embedded, previous)  # [B, S, E]
+        size, inputs = embedded.shape[1], [previous]  # each pass's input features [B, S, E]
+        for p in range(config.unroll):  # pass p + 1 reads pass p's features, as drafted position p + 1 does
+            if p == 0:
+                predicted = head(embedded, previous)  # [B, S, E]
+            else:
+                passes = head(embedded.repeat(1, p + 1, 1), torch.cat(inputs, 1), torch.arange(size).repeat(p + 1)[None],
+                              draft_ahead_mask(size, p + 1)[None, None])  # [B, (p + 1) S, E]
+                predicted = passes[:, p * size:]
             subset = head.head(predicted[where[:, 0], where[:, 1]])  # [N, N_vocab]
             logits = torch.cat([subset, torch.full((len(subset), 1), -1e4)], 1)  # the extra column: outside the subset
             losses = bucket_losses(logits, top_ids, kept)
             regression = regression + F.smooth_l1_loss(predicted[valid], features[valid]) / config.unroll
             cross_entropy, variation = cross_entropy + losses[0] / config.unroll, variation + losses[1] / config.unroll
-            previous = F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0))
+            inputs.append(F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0)))
         (config.regression * regression + cross_entropy + variation).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()

@@ -1,0 +1,52 @@
+"""Training a feature draft: the later passes of the training-time test compute what the draft
+computes when it decodes, drafted position by drafted position."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from draftverify.train.feature_draft import draft_ahead_mask
+from tests.factories import tiny_feature_pair
+
+VOCAB = 11
+SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
+TOKENS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 0, 7]])
+
+
+def _passes(head, embedded: torch.Tensor, features: torch.Tensor, passes: int) -> list[torch.Tensor]:
+    """Training's passes (:func:`~draftverify.train.feature_draft.train_feature_head`, no noise):
+    pass q + 1 reads pass q's features of the position before, under :func:`draft_ahead_mask`."""
+    size, inputs, out = embedded.shape[1], [F.pad(features[:, :-1], (0, 0, 1, 0))], []
+    for q in range(passes):
+        both = head(embedded.repeat(1, q + 1, 1), torch.cat(inputs, 1), torch.arange(size).repeat(q + 1)[None],
+                    draft_ahead_mask(size, q + 1)[None, None])
+        out.append(both[:, q * size:])
+        inputs.append(F.pad(out[-1][:, :-1], (0, 0, 1, 0)))
+    return out
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 3])
+def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead):
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    j = TOKENS.shape[1] - 1  # the position drafted `ahead` steps after the target's last scored one
+    target_cache = target.new_cache(1)
+    target.forward(target_cache, TOKENS[:, : j - ahead])  # the target has scored positions < j - ahead
+    cache = draft.new_cache(1, target_cache)
+    draft.forward(cache, TOKENS[:, : j - ahead + 1])  # up to j - ahead: the target's features
+    for i in range(j - ahead + 1, j + 1):  # then one drafted position at a time: its own features
+        logits = draft.forward(cache, TOKENS[:, i: i + 1])[0, -1, SUBSET]
+    with torch.no_grad():
+        features = target.model.model(input_ids=TOKENS).last_hidden_state
+        embedded = target.model.get_input_embeddings()(TOKENS)
+        trained = draft.head_module.head(_passes(draft.head_module, embedded, features, ahead + 1)[ahead][0, j])
+    torch.testing.assert_close(logits, trained, atol=1e-3, rtol=1e-3)
+
+
+def test_the_first_pass_is_causal_and_each_query_sees_its_own_key():
+    mask = draft_ahead_mask(4, 3)
+    assert torch.equal(mask[:4, :4], torch.ones(4, 4).tril().bool()) and not mask[:4, 4:].any()
+    assert bool(mask.diagonal().all())
+    assert mask[4 + 2].nonzero().flatten().tolist() == [0, 1, 6]  # one ahead at 2: target keys 0..1, itself
+    assert mask[8 + 3].nonzero().flatten().tolist() == [0, 1, 6, 11]  # two ahead at 3: 0..1, pass 1 at 2, itself
