@@ -78,7 +78,6 @@ def chat_prompts(split: str = "train", seed: int = 0) -> list[str]:
     return prompts
 
 
-@torch.no_grad()
 @dataclass(frozen=True)
 class Answers:
     """What :func:`answer_batch` returns for B prompts: each row's answer (up to and including eos),
@@ -93,6 +92,7 @@ class Answers:
     features: list[torch.Tensor] | None = None
 
 
+@torch.no_grad()
 def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int, top_k: int,
                  generator: torch.Generator, features: bool = False) -> Answers:
     """Sample answers to ``prompts`` (token lists) from ``model`` (a :class:`LanguageModel`) at
