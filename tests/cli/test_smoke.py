@@ -108,6 +108,9 @@ SLOW = [
     (["train-draft", "--kind", "eagle", "--label-minutes", "0"], 2),  # an unknown kind: a clear error
     (["train-draft", "--kind", "llama", "--extra-shards", "{tmp}", "--heldout", "{tmp}", "--label-minutes", "0"], 2),  # n-gram only
     (["train-draft", "--kind", "ngram", "--order", "5", "--label-minutes", "0"], 2),  # 49152^5 codes overflow int64
+    (["train-draft", "--kind", "llama", "--from", "{tmp}", "--label-minutes", "0"], 2),  # a further stage: feature only
+    (["train-draft", "--kind", "ngram", "--unroll", "2", "--label-minutes", "0"], 2),  # feature settings: feature only
+    (["train-draft", "--kind", "feature", "--lr", "0", "--label-minutes", "0"], 2),  # a learning rate > 0
     (["train-pair", "--quick", "--workdir", "{tmp}/train", "--output", "{tmp}/pair", "--seed", "0", "--steps", "2",
       "--distill-steps", "1"], 0),
     (["train-pair", "--quick", "--workdir", "{tmp}/train-minutes", "--minutes", "0.01"], 0),

@@ -109,6 +109,32 @@ def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, t
     assert isinstance(draft, FeatureDraft) and len(draft.support) == 12
 
 
+def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(target_folder, tmp_path, monkeypatch):
+    from draftverify.models.feature_draft import FeatureHead
+    from draftverify.train import draft_pipeline
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1)
+    train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
+                teacher=teacher, draft=config, log=lambda _: None)
+    later = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, unroll=2, seed=1)
+    record = train_draft(target_folder, tmp_path / "second", tmp_path / "stage2", label_minutes=0, train_minutes=1,
+                         teacher=teacher, draft=later, extra_shards=(tmp_path / "first" / "teacher",),
+                         start=tmp_path / "stage1", log=lambda _: None)
+    assert record["answers"] == 4 and record["start"] == str(tmp_path / "stage1") and record["last_step"]["step"] == 2
+    before, after = FeatureHead.load(tmp_path / "stage1"), FeatureHead.load(tmp_path / "stage2")
+    assert torch.equal(before.vocab, after.vocab)  # the subset is the trained draft's
+    assert not torch.equal(before.fc.weight, after.fc.weight)  # trained further
+    with pytest.raises(ValueError, match="start"):
+        train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
+                    teacher=teacher, draft=DraftConfig(), start=tmp_path / "stage1")
+    with pytest.raises(ValueError, match="subset"):
+        train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
+                    teacher=teacher, draft=FeatureDraftConfig(vocab=10), extra_shards=(tmp_path / "first" / "teacher",),
+                    start=tmp_path / "stage1")
+
+
 def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_path, monkeypatch):
     from draftverify.models.pair import load_ngram_draft
     from draftverify.train import draft_pipeline
@@ -127,7 +153,7 @@ def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_pat
     assert 0 < measured["topk_bound"]["mean"] <= measured["exact"]["mean"] <= 1  # top-4 of a vocabulary of more
     target = TransformersModel.from_pretrained(target_folder)
     assert load_ngram_draft(target, tmp_path / "out").drafter.order == 3
-    with pytest.raises(ValueError, match="extra_shards, heldout"):
+    with pytest.raises(ValueError, match="extra_shards"):
         train_draft(target_folder, tmp_path / "work", tmp_path / "llama", label_minutes=0, train_minutes=0,
                     teacher=teacher, draft=DraftConfig(), extra_shards=(tmp_path / "extra" / "teacher",))
 

@@ -22,10 +22,23 @@ def train_draft(
                                            "'llama': a small Llama distilled on the answers; 'ngram': an "
                                            "n-gram drafter counted on the answers.")] = "feature",
     order: Annotated[int, typer.Option(min=1, max=4, help="The n-gram drafter's order (--kind ngram).")] = 4,
-    extra_shards: Annotated[list[Path], typer.Option(help="More teacher shard folders the n-gram drafter counts "
-                                                          "(--kind ngram; repeatable).", show_default="none")] = [],
+    extra_shards: Annotated[list[Path], typer.Option(help="More teacher shard folders the feature draft trains on "
+                                                          "or the n-gram drafter counts (repeatable).",
+                                                     show_default="none")] = [],
     heldout: Annotated[Path | None, typer.Option(help="Held-out teacher shards the n-gram drafter's acceptance is "
                                                       "measured on (--kind ngram).", show_default="none")] = None,
+    teacher_seed: Annotated[int, typer.Option(min=0, help="The labelling pass: its prompts' wordings and sampling "
+                                                          "seed (chat_prompts('train', seed)).")] = 0,
+    start: Annotated[Path | None, typer.Option("--from", help="A further stage (--kind feature): continue from this "
+                                                              "feature draft's weights.", show_default="none")] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate, > 0 (--kind feature).",
+                                             show_default="1e-3")] = None,
+    warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up steps (--kind feature).", show_default="50")] = None,
+    unroll: Annotated[int | None, typer.Option(min=1, help="Passes of the training-time test: 2 also trains the "
+                                                           "second drafted position (--kind feature).",
+                                               show_default="1")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="The training's batch order and noise (--kind feature).",
+                                             show_default="0")] = None,
 ) -> int:
     """Label chat answers with the target and train a draft on them (resumable)."""
     from ..models.gguf import converted_folder
@@ -33,16 +46,25 @@ def train_draft(
     from ..train.draft_pipeline import train_draft as run
     from ..train.feature_draft import FeatureDraftConfig
     from ..train.ngram import NGramConfig
+    from ..train.teacher import TeacherConfig
 
-    configs = {"feature": lambda: FeatureDraftConfig(steps=steps), "llama": lambda: DraftConfig(steps=steps),
+    schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, unroll=unroll, seed=seed).items() if v is not None}
+    configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule), "llama": lambda: DraftConfig(steps=steps),
                "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:
         raise ValueError(f"--kind: expected one of {', '.join(configs)}, got {kind!r}")
-    if (extra_shards or heldout is not None) and kind != "ngram":
-        raise ValueError(f"--extra-shards and --heldout are read by --kind ngram only, not --kind {kind}")
+    if heldout is not None and kind != "ngram":
+        raise ValueError(f"--heldout is read by --kind ngram only, not --kind {kind}")
+    if extra_shards and kind == "llama":
+        raise ValueError("--extra-shards is read by --kind feature and ngram, not --kind llama")
+    if (schedule or start is not None) and kind != "feature":
+        given = [f"--{k}" for k in schedule] + (["--from"] if start is not None else [])
+        raise ValueError(f"{', '.join(given)}: read by --kind feature only, not --kind {kind}")
+    draft = configs[kind]()  # bad settings are refused before the target loads
     folder = converted_folder(None if target == "smollm2" else target)
     record = run(folder, workdir, output, label_minutes=label_minutes, train_minutes=train_minutes,
-                 draft=configs[kind](), extra_shards=tuple(extra_shards), heldout=heldout)
+                 teacher=TeacherConfig(seed=teacher_seed), draft=draft, extra_shards=tuple(extra_shards),
+                 heldout=heldout, start=start)
     done = f"{record['ngrams']} n-grams" if kind == "ngram" else f"step {record['last_step'].get('step')}"
     print(f"draft written to {output}: {record['answer_tokens']} answer tokens, {done}")
     return 0

@@ -4,10 +4,12 @@ Two long stages, each bounded in minutes and resumed from its own files in ``wor
 (``teacher/shard-*.npz``, ``draft/checkpoint.pt``), so a run cut short by a session's end goes on
 from where it stopped: (1) the target answers chat prompts from the standard library
 (:mod:`.teacher`); (2) the draft is trained on those answers: a feature draft
-(:mod:`.feature_draft`, the default pair's; the target's features are computed once per shard
-first), a small Llama draft distilled on them (:mod:`.draft`) or an n-gram drafter counted on them
-(:mod:`.ngram`; seconds, and it may count shard folders besides ``workdir``'s). Drafts are saved in
-float16 (half the bytes; loaded as float32) with ``training.json`` beside them.
+(:mod:`.feature_draft`, the default pair's; the labelling keeps the target's features, computed
+once per shard for shards labelled without them; a further stage continues from a trained feature
+draft on more shard folders), a small Llama draft distilled on them (:mod:`.draft`) or an n-gram
+drafter counted on them (:mod:`.ngram`; seconds, and it may count shard folders besides
+``workdir``'s). Drafts are saved in float16 (half the bytes; loaded as float32) with
+``training.json`` beside them.
 """
 
 from __future__ import annotations
@@ -31,15 +33,25 @@ __all__ = ["train_draft"]
 def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minutes: float, train_minutes: float,
                 teacher: TeacherConfig = TeacherConfig(),
                 draft: DraftConfig | FeatureDraftConfig | NGramConfig = FeatureDraftConfig(),
-                extra_shards: tuple[Path, ...] = (), heldout: Path | None = None,
+                extra_shards: tuple[Path, ...] = (), heldout: Path | None = None, start: Path | None = None,
                 log: Callable[[str], None] = print) -> dict:
     """Run both stages for the target in ``target_folder`` (a transformers folder with its chat
     tokenizer) and write the draft to ``output``: a feature draft for a :class:`FeatureDraftConfig`,
     a small Llama for a :class:`DraftConfig`, an n-gram drafter for an :class:`NGramConfig` (counted
     on ``workdir``'s shards and those of the folders ``extra_shards``, and measured on the shards
-    of ``heldout`` if named: :mod:`.ngram`). Returns what ``training.json`` records."""
+    of ``heldout`` if named: :mod:`.ngram`). A feature draft trains on ``workdir``'s shards and those
+    of ``extra_shards``, from a new head or, for a further stage, from the feature draft in folder
+    ``start`` (its token subset kept). The prompts are ``chat_prompts("train", seed=teacher.seed)``.
+    Returns what ``training.json`` records."""
+    from ..models.feature_draft import FeatureHead
     from ..models.hf import TransformersModel
 
+    if start is not None and not isinstance(draft, FeatureDraftConfig):
+        raise ValueError(f"start: only a feature draft continues from a trained one (draft is a {type(draft).__name__})")
+    if extra_shards and isinstance(draft, DraftConfig):
+        raise ValueError("extra_shards: the Llama draft reads the workdir's shards only")
+    if heldout is not None and not isinstance(draft, NGramConfig):
+        raise ValueError(f"heldout: only the n-gram drafter is measured on held-out shards (draft is a {type(draft).__name__})")
     began = time.time()
     target = TransformersModel.from_pretrained(target_folder)
     shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,
@@ -47,14 +59,17 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
     if isinstance(draft, NGramConfig):
         return _count_ngrams(target, (workdir / "teacher", *extra_shards), heldout, output, teacher, draft, log)
-    if extra_shards or heldout is not None:
-        raise ValueError("extra_shards, heldout: only the n-gram drafter reads other shard folders (draft is "
-                         f"a {type(draft).__name__})")
     deadline = time.time() + train_minutes * 60
     if isinstance(draft, FeatureDraftConfig):
-        extract_features(target.model, workdir / "teacher", log=log)  # shards labelled without features (older runs)
-        rows = load_feature_rows(workdir / "teacher")
-        model = new_head(target.model, rows, draft)
+        folders = (workdir / "teacher", *extra_shards)
+        for folder in folders:
+            extract_features(target.model, folder, log=log)  # shards labelled without features (older runs)
+        rows = [row for folder in folders if any(folder.glob("features-*.npy")) for row in load_feature_rows(folder)]
+        if not rows:
+            raise FileNotFoundError(f"{', '.join(map(str, folders))}: no teacher shards (label some: label_minutes)")
+        model = new_head(target.model, rows, draft) if start is None else FeatureHead.load(start)
+        if start is not None and model.vocab.numel() != draft.vocab:
+            raise ValueError(f"start: its subset has {model.vocab.numel()} tokens, the settings ask for {draft.vocab}")
         figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline)
         model.save(output)
     else:
@@ -65,6 +80,8 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
         model.to(torch.float16).save_pretrained(output)
     record = {
         "teacher": asdict(teacher), "draft": asdict(draft), "last_step": figures,
+        **({"shard_folders": [str(folder) for folder in folders], "start": None if start is None else str(start)}
+           if isinstance(draft, FeatureDraftConfig) else {}),
         "answers": len(rows), "answer_tokens": int(sum(len(r[2]) for r in rows)),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
