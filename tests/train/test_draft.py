@@ -65,7 +65,8 @@ def test_labelling_keeps_the_features_of_every_position(target_folder, tmp_path)
     assert len(rows) == 3 and len({len(r[0]) for r in rows}) > 1
     for tokens, _, _, _, features in rows:
         with torch.inference_mode():
-            expected = target.model.model(input_ids=torch.from_numpy(tokens.astype(np.int64))[None]).last_hidden_state[0]
+            ids = torch.from_numpy(tokens.astype(np.int64))[None]
+            expected = target.model.model(input_ids=ids).last_hidden_state[0]
         assert features.shape == tuple(expected.shape)
         torch.testing.assert_close(torch.from_numpy(features.astype(np.float32)), expected, atol=2e-3, rtol=2e-3)
 

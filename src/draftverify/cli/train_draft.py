@@ -33,7 +33,8 @@ def train_draft(
                                                               "feature draft's weights.", show_default="none")] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate, > 0 (--kind feature).",
                                              show_default="1e-3")] = None,
-    warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up steps (--kind feature).", show_default="50")] = None,
+    warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up steps (--kind feature).",
+                                               show_default="50")] = None,
     unroll: Annotated[int | None, typer.Option(min=1, help="Passes of the training-time test: 2 also trains the "
                                                            "second drafted position (--kind feature).",
                                                show_default="1")] = None,
@@ -49,8 +50,8 @@ def train_draft(
     from ..train.teacher import TeacherConfig
 
     schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, unroll=unroll, seed=seed).items() if v is not None}
-    configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule), "llama": lambda: DraftConfig(steps=steps),
-               "ngram": lambda: NGramConfig(order=order)}
+    configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule),
+               "llama": lambda: DraftConfig(steps=steps), "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:
         raise ValueError(f"--kind: expected one of {', '.join(configs)}, got {kind!r}")
     if heldout is not None and kind != "ngram":

@@ -47,11 +47,13 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     from ..models.hf import TransformersModel
 
     if start is not None and not isinstance(draft, FeatureDraftConfig):
-        raise ValueError(f"start: only a feature draft continues from a trained one (draft is a {type(draft).__name__})")
+        raise ValueError(f"start: only a feature draft continues from a trained one (draft is a "
+                         f"{type(draft).__name__})")
     if extra_shards and isinstance(draft, DraftConfig):
         raise ValueError("extra_shards: the Llama draft reads the workdir's shards only")
     if heldout is not None and not isinstance(draft, NGramConfig):
-        raise ValueError(f"heldout: only the n-gram drafter is measured on held-out shards (draft is a {type(draft).__name__})")
+        raise ValueError(f"heldout: only the n-gram drafter is measured on held-out shards (draft is a "
+                         f"{type(draft).__name__})")
     began = time.time()
     target = TransformersModel.from_pretrained(target_folder)
     shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from ..models.feature_draft import FeatureHead
 from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
-__all__ = ["FeatureDraftConfig", "draft_ahead_mask", "extract_features", "frequent_tokens", "load_feature_rows", "train_feature_head"]
+__all__ = ["FeatureDraftConfig", "draft_ahead_mask", "extract_features", "frequent_tokens", "load_feature_rows",
+           "train_feature_head"]
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,10 @@ def draft_ahead_mask(size: int, passes: int) -> torch.Tensor:
     """Which keys each query attends to when ``passes`` passes over ``size`` positions run side by
     side (pass q, 0-based, position j at index q * size + j): [passes size, passes size] bool.
 
-    Query (q, j) is position j drafted q steps ahead of the target's last scored position j - q: it
-    sees pass 0's keys at k <= j - q (computed from the target's features) and pass r's key at
-    j - (q - r) for 1 <= r <= q (the drafted positions between, each from its own pass), as the
-    draft's cache holds them when decoding (module doc). Pass 0 is causal."""
+    Query (q, j) is position j drafted q positions after j - q, the last one that read the
+    target's feature: it sees pass 0's keys at k <= j - q (computed from the target's features) and
+    pass r's key at j - (q - r) for 1 <= r <= q (the drafted positions between, each from its own
+    pass), as the draft's cache holds them when decoding (module doc). Pass 0 is causal."""
     j = torch.arange(size)[:, None]  # query position
     k = torch.arange(size)[None, :]  # key position
     rows = []
@@ -180,7 +181,8 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
             if p == 0:
                 predicted = head(embedded, previous)  # [B, S, E]
             else:
-                passes = head(embedded.repeat(1, p + 1, 1), torch.cat(inputs, 1), torch.arange(size).repeat(p + 1)[None],
+                positions = torch.arange(size).repeat(p + 1)[None]  # [1, (p + 1) S]: pass after pass
+                passes = head(embedded.repeat(1, p + 1, 1), torch.cat(inputs, 1), positions,
                               draft_ahead_mask(size, p + 1)[None, None])  # [B, (p + 1) S, E]
                 predicted = passes[:, p * size:]
             subset = head.head(predicted[where[:, 0], where[:, 1]])  # [N, N_vocab]
