@@ -7,24 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftverify.train.feature_draft import draft_ahead_mask
+from draftverify.train.feature_draft import draft_ahead_mask, draft_passes
 from tests.factories import tiny_feature_pair
 
 VOCAB = 11
 SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
 TOKENS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 0, 7]])
-
-
-def _passes(head, embedded: torch.Tensor, features: torch.Tensor, passes: int) -> list[torch.Tensor]:
-    """Training's passes (:func:`~draftverify.train.feature_draft.train_feature_head`, no noise):
-    pass q + 1 reads pass q's features of the position before, under :func:`draft_ahead_mask`."""
-    size, inputs, out = embedded.shape[1], [F.pad(features[:, :-1], (0, 0, 1, 0))], []
-    for q in range(passes):
-        both = head(embedded.repeat(1, q + 1, 1), torch.cat(inputs, 1), torch.arange(size).repeat(q + 1)[None],
-                    draft_ahead_mask(size, q + 1)[None, None])
-        out.append(both[:, q * size:])
-        inputs.append(F.pad(out[-1][:, :-1], (0, 0, 1, 0)))
-    return out
 
 
 @pytest.mark.parametrize("ahead", [1, 2, 3])
@@ -40,7 +28,8 @@ def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead):
     with torch.no_grad():
         features = target.model.model(input_ids=TOKENS).last_hidden_state
         embedded = target.model.get_input_embeddings()(TOKENS)
-        trained = draft.head_module.head(_passes(draft.head_module, embedded, features, ahead + 1)[ahead][0, j])
+        previous = F.pad(features[:, :-1], (0, 0, 1, 0))  # what training's first pass reads (no noise)
+        trained = draft.head_module.head(draft_passes(draft.head_module, embedded, previous, ahead + 1)[ahead][0, j])
     torch.testing.assert_close(logits, trained, atol=1e-3, rtol=1e-3)
 
 

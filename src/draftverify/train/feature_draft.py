@@ -21,8 +21,8 @@ them (EAGLE-3's training-time test, Li et al. 2025, section 3.3): at drafted pos
 feeds token x_j with its own feature f^_{j-1} from the position before, and attends to the keys
 and values of positions up to j - p + 1 computed from the target's features (pass 1) and to those
 of the drafted positions between, each computed by its own pass. Pass p runs the layer over the
-inputs of passes 1..p side by side under :func:`draft_ahead_mask`; the loss is the mean of the
-passes. (Before 2026-11-27 pass 2 attended to its own pass at every position, harsher than
+inputs of passes 1..p side by side under :func:`draft_ahead_mask` (:func:`draft_passes`); the loss
+is the mean of the passes. (Before 2026-11-27 pass 2 attended to its own pass at every position, harsher than
 decoding, where the earlier positions hold the target's features.)
 """
 
@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from ..models.feature_draft import FeatureHead
 from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
-__all__ = ["FeatureDraftConfig", "draft_ahead_mask", "extract_features", "frequent_tokens", "load_feature_rows",
-           "train_feature_head"]
+__all__ = ["FeatureDraftConfig", "draft_ahead_mask", "draft_passes", "extract_features", "frequent_tokens",
+           "load_feature_rows", "train_feature_head", "write_features"]
 
 
 @dataclass(frozen=True)
@@ -77,13 +77,19 @@ def extract_features(model, folder: Path, log: Callable[[str], None] = print) ->
         start = time.time()
         tokens = np.load(path)["tokens"].astype(np.int64)  # [n, S], -1 = padding
         hidden = model.model(input_ids=torch.from_numpy(np.maximum(tokens, 0))).last_hidden_state  # [n, S, E]
-        partial = out.with_name("." + out.name)
-        with open(partial, "wb") as handle:
-            np.save(handle, hidden.half().numpy())
-        partial.rename(out)
+        write_features(out, hidden.half().numpy())
         done += 1
         log(f"{out.name}: {int((tokens >= 0).sum())} positions in {time.time() - start:.0f} s")
     return done
+
+
+def write_features(path: Path, features: np.ndarray) -> None:
+    """Write a shard's features [n, S, E] float16 to ``path`` (``features-NNNNN.npy``) under a hidden
+    name first, renamed when complete: :func:`load_feature_rows` never sees a partial file."""
+    partial = path.with_name("." + path.name)
+    with open(partial, "wb") as handle:
+        np.save(handle, features)
+    partial.rename(path)
 
 
 def load_feature_rows(folder: Path) -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]]:
@@ -126,6 +132,25 @@ def draft_ahead_mask(size: int, passes: int) -> torch.Tensor:
     for q in range(passes):
         rows.append(torch.cat([k <= j - q if r == 0 else (k == j - (q - r)) & (r <= q) for r in range(passes)], 1))
     return torch.cat(rows, 0)
+
+
+def draft_passes(head: FeatureHead, embedded: torch.Tensor, previous: torch.Tensor, passes: int) -> list[torch.Tensor]:
+    """The features f^ [B, S, E] of each of ``passes`` passes (module doc): pass 1 reads
+    ``previous`` (f_{j-1} at position j), pass q + 1 reads pass q's features of the position before
+    (detached) and runs the layer over the inputs of passes 1..q + 1 side by side under
+    :func:`draft_ahead_mask`, so its position j is the draft's at j drafted q positions ahead."""
+    size, inputs, out = embedded.shape[1], [previous], []
+    for q in range(passes):
+        if q == 0:
+            predicted = head(embedded, previous)  # [B, S, E]
+        else:
+            positions = torch.arange(size).repeat(q + 1)[None]  # [1, (q + 1) S]: pass after pass
+            both = head(embedded.repeat(1, q + 1, 1), torch.cat(inputs, 1), positions,
+                        draft_ahead_mask(size, q + 1)[None, None])  # [B, (q + 1) S, E]
+            predicted = both[:, q * size:]
+        out.append(predicted)
+        inputs.append(F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0)))
+    return out
 
 
 def new_head(target, rows, config: FeatureDraftConfig) -> FeatureHead:
@@ -176,21 +201,12 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
         previous = previous + config.noise * scale * torch.randn_like(previous)
         kept = top_probs * (top_ids < len(head.vocab))  # teacher mass outside the subset goes to the rest bucket
         regression = cross_entropy = variation = 0.0
-        size, inputs = embedded.shape[1], [previous]  # each pass's input features [B, S, E]
-        for p in range(config.unroll):  # pass p + 1 reads pass p's features, as drafted position p + 1 does
-            if p == 0:
-                predicted = head(embedded, previous)  # [B, S, E]
-            else:
-                positions = torch.arange(size).repeat(p + 1)[None]  # [1, (p + 1) S]: pass after pass
-                passes = head(embedded.repeat(1, p + 1, 1), torch.cat(inputs, 1), positions,
-                              draft_ahead_mask(size, p + 1)[None, None])  # [B, (p + 1) S, E]
-                predicted = passes[:, p * size:]
+        for predicted in draft_passes(head, embedded, previous, config.unroll):  # [B, S, E] each
             subset = head.head(predicted[where[:, 0], where[:, 1]])  # [N, N_vocab]
             logits = torch.cat([subset, torch.full((len(subset), 1), -1e4)], 1)  # the extra column: outside the subset
             losses = bucket_losses(logits, top_ids, kept)
             regression = regression + F.smooth_l1_loss(predicted[valid], features[valid]) / config.unroll
             cross_entropy, variation = cross_entropy + losses[0] / config.unroll, variation + losses[1] / config.unroll
-            inputs.append(F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0)))
         (config.regression * regression + cross_entropy + variation).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()

@@ -24,6 +24,7 @@ import torch
 from ..models.chat import encode_prompt
 from ..rng import sample
 from .corpus import split_corpus
+from .feature_draft import write_features
 
 __all__ = ["Answers", "TeacherConfig", "answer_batch", "chat_prompts", "label_shards"]
 
@@ -181,14 +182,12 @@ def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, l
 
 
 def _save_features(path: Path, rows: list[torch.Tensor]) -> None:
-    """``rows`` (each [S_i, E]) right-padded with zeros to [n, max S_i, E] float16, renamed into place."""
+    """``rows`` (each [S_i, E]) right-padded with zeros to [n, max S_i, E] float16, written by
+    :func:`.feature_draft.write_features`."""
     out = np.zeros((len(rows), max(len(r) for r in rows), rows[0].shape[1]), dtype=np.float16)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row.numpy()
-    partial = path.parent / f".{path.name}"
-    with open(partial, "wb") as handle:
-        np.save(handle, out)
-    partial.rename(path)
+    write_features(path, out)
 
 
 def _save(path: Path, rows: dict[str, list], top_k: int) -> None:
