@@ -39,3 +39,5 @@ def test_the_first_pass_is_causal_and_each_query_sees_its_own_key():
     assert bool(mask.diagonal().all())
     assert mask[4 + 2].nonzero().flatten().tolist() == [0, 1, 6]  # one ahead at 2: target keys 0..1, itself
     assert mask[8 + 3].nonzero().flatten().tolist() == [0, 1, 6, 11]  # two ahead at 3: 0..1, pass 1 at 2, itself
+    with pytest.raises(ValueError, match="passes"):
+        draft_ahead_mask(4, 0)

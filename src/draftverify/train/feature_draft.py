@@ -125,7 +125,10 @@ def draft_ahead_mask(size: int, passes: int) -> torch.Tensor:
     Query (q, j) is position j drafted q positions after j - q, the last one that read the
     target's feature: it sees pass 0's keys at k <= j - q (computed from the target's features) and
     pass r's key at j - (q - r) for 1 <= r <= q (the drafted positions between, each from its own
-    pass), as the draft's cache holds them when decoding (module doc). Pass 0 is causal."""
+    pass), as the draft's cache holds them when decoding (EAGLE-3's training-time test, Li et al.
+    2025, section 3.3; module doc). Pass 0 is causal."""
+    if size < 1 or passes < 1:
+        raise ValueError(f"size and passes must be at least 1, got size={size}, passes={passes}")
     j = torch.arange(size)[:, None]  # query position
     k = torch.arange(size)[None, :]  # key position
     rows = []
@@ -139,6 +142,8 @@ def draft_passes(head: FeatureHead, embedded: torch.Tensor, previous: torch.Tens
     ``previous`` (f_{j-1} at position j), pass q + 1 reads pass q's features of the position before
     (detached) and runs the layer over the inputs of passes 1..q + 1 side by side under
     :func:`draft_ahead_mask`, so its position j is the draft's at j drafted q positions ahead."""
+    if passes < 1:
+        raise ValueError(f"passes must be at least 1, got {passes}")
     size, inputs, out = embedded.shape[1], [previous], []
     for q in range(passes):
         if q == 0:
