@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, check, conform, demo, generate, list_verifiers, sprinter, theory, train_draft, train_pair, tune
+from . import bench, check, conform, demo, evaluate_draft, generate, list_verifiers, sprinter, theory, train_draft, train_pair, tune
 from ._command import Command, CommandError
 from ._progress import Settings
 
@@ -56,6 +56,7 @@ app.add_typer(bench.app, name="bench")
 app.command("tune", cls=Command)(tune.tune)
 app.command("train-pair", cls=Command)(train_pair.train_pair)
 app.command("train-draft", cls=Command)(train_draft.train_draft)
+app.command("evaluate-draft", cls=Command)(evaluate_draft.evaluate_draft)
 app.add_typer(theory.app, name="theory")
 app.add_typer(sprinter.app, name="sprinter")
 

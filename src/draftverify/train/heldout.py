@@ -1,0 +1,142 @@
+"""Held-out acceptance of feature drafts for a target: the model card's table, by one function.
+
+Prompts (:func:`heldout_prompts`): ``chat_prompts("heldout", seed=0)`` (standard-library chat
+prompts in wordings the labelling passes never use) and the first HumanEval prompts, each as one
+chat message, cut to its last ``context`` tokens. Answers (:func:`sample_answers`): sampled from the
+target by ``ar`` at temperature 1, prompt i with seed ``seed + i``, stopping at eos.
+
+Two measures of each draft:
+
+- teacher-forced acceptance (:func:`ahead_acceptance`): at every answer position the single-draft
+  acceptance probability ``sum_x min(T(x), D(x))`` (Leviathan et al. 2023, definition 3.1; seed
+  002's alpha), with the draft drafting 0, 1, ... positions ahead of the last position the target
+  scored. Drafting q ahead at position j, the draft reads the target's features up to j - q and its
+  own after, attending as it does when decoding: training's passes (:func:`.feature_draft.draft_passes`,
+  float32 head, no noise), checked against the decoding draft in the tests;
+- the engine's ``sd`` at ``draft_length`` (:func:`engine_acceptance`): the share of drafting steps
+  that accept the drafted positions 1..L, and tokens committed per target call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..engine.generate import generate
+from ..formulas import overlap
+from ..models.chat import encode_prompt
+from ..models.feature_draft import FeatureDraft, FeatureHead
+from .feature_draft import draft_passes
+from .measure import humaneval_prompts
+from .teacher import chat_prompts
+
+__all__ = ["HeldoutSettings", "ahead_acceptance", "engine_acceptance", "evaluate_drafts", "heldout_prompts",
+           "sample_answers"]
+
+
+@dataclass(frozen=True)
+class HeldoutSettings:
+    """The held-out set and the measures (module doc); the model card's figures use the defaults."""
+
+    chat: int = 32
+    humaneval: int = 32
+    context: int = 192
+    tokens: int = 128
+    seed: int = 100
+    ahead: int = 3
+    draft_length: int = 4
+
+    def __post_init__(self) -> None:
+        if min(self.chat, self.humaneval) < 0 or self.chat + self.humaneval < 1:
+            raise ValueError(f"chat, humaneval: at least one prompt, none negative; got {self.chat}, {self.humaneval}")
+        for name in ("context", "tokens", "ahead", "draft_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def heldout_prompts(tokenizer: Any, settings: HeldoutSettings) -> list[list[int]]:
+    """Token ids of the held-out prompts as chat messages, each cut to its last ``context`` tokens."""
+    texts = chat_prompts("heldout", seed=0)[: settings.chat] + (humaneval_prompts(settings.humaneval) if settings.humaneval else [])
+    return [encode_prompt(tokenizer, text, True)[-settings.context:] for text in texts]
+
+
+def sample_answers(target: Any, prompts: Sequence[Sequence[int]], settings: HeldoutSettings) -> list[list[int]]:
+    """The target's answers: ``ar`` at temperature 1, prompt i with seed ``seed + i``, up to
+    ``tokens`` tokens, stopping at eos."""
+    return [generate(target, None, prompt, "ar", max_new_tokens=settings.tokens, seed=settings.seed + i).tokens
+            for i, prompt in enumerate(prompts)]
+
+
+@torch.no_grad()
+def ahead_acceptance(target: Any, head: FeatureHead, prompt: Sequence[int], answer: Sequence[int],
+                     ahead: int) -> list[torch.Tensor]:
+    """Per answer position, ``sum_x min(T(x), D(x))`` with the draft drafting q = 0..ahead-1
+    positions ahead (module doc): tensor q holds the answer positions j (predicting token j + 1) with
+    j - q >= len(prompt) - 1, where the target last scored a prompt or answer token. ``target`` is a
+    lean Llama (:class:`~draftverify.models.hf.TransformersModel`) over the float32 head's vocabulary."""
+    sequence = torch.tensor([list(prompt) + list(answer)])  # [1, S]
+    size, first = sequence.shape[1], len(prompt) - 1
+    target_probs = torch.softmax(target.forward(target.new_cache(1), sequence, None, size)[0].double(), -1)  # [S, V]
+    features = target.model.model(input_ids=sequence).last_hidden_state  # [1, S, E]
+    embedded = target.model.get_input_embeddings()(sequence)
+    passes = draft_passes(head, embedded, F.pad(features[:, :-1], (0, 0, 1, 0)), ahead)
+    out = []
+    for q, predicted in enumerate(passes):
+        logits = torch.full((size, target_probs.shape[1]), float("-inf"), dtype=torch.float64)
+        logits[:, head.vocab] = head.head(predicted[0]).double()
+        rows = slice(first + q, size - 1)
+        out.append(overlap(target_probs[rows], torch.softmax(logits[rows], -1)))
+    return out
+
+
+def engine_acceptance(target: Any, draft: Any, prompts: Sequence[Sequence[int]], settings: HeldoutSettings) -> dict:
+    """The engine's ``sd`` at ``draft_length`` (prompt i: seed i, ``tokens`` tokens, eos ignored):
+    the share of drafting steps that accept drafted positions 1..L, tokens per target call, steps."""
+    accepted, steps, tokens, calls = [0] * settings.draft_length, 0, 0, 0
+    for i, prompt in enumerate(prompts):
+        result = generate(target, draft, prompt, "sd", max_new_tokens=settings.tokens, ignore_eos=True, seed=i,
+                          draft_length=settings.draft_length)
+        for step in result.steps:
+            tokens, calls = tokens + step.committed, calls + step.target_calls
+            if step.drafted:
+                steps += 1
+                for position in range(step.accepted):
+                    accepted[position] += 1
+    return {"accepted_at": [count / steps for count in accepted], "tokens_per_call": tokens / calls, "steps": steps}
+
+
+def _summary(values: torch.Tensor) -> dict:
+    return {"mean": float(values.mean()), "stderr": float(values.std() / len(values) ** 0.5), "positions": len(values)}
+
+
+def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: HeldoutSettings = HeldoutSettings(), *,
+                    answers: list[list[int]] | None = None, engine: bool = True,
+                    log: Callable[[str], None] = print) -> dict:
+    """Both measures for each head (a name to a :class:`FeatureHead`): ``{"prompts", "answer_positions",
+    "drafts": {name: {"teacher_forced": [per q: mean, stderr, positions], "engine": ...}}}``.
+    ``answers`` (as :func:`sample_answers` returns them) skips the sampling."""
+    prompts = heldout_prompts(target.tokenizer, settings)
+    if answers is None:
+        answers = sample_answers(target, prompts, settings)
+    elif len(answers) != len(prompts):
+        raise ValueError(f"answers: {len(answers)} given for {len(prompts)} held-out prompts")
+    report: dict = {"prompts": len(prompts), "answer_positions": sum(map(len, answers)), "drafts": {}}
+    for name, head in heads.items():
+        per_ahead = [[] for _ in range(settings.ahead)]
+        for prompt, answer in zip(prompts, answers):
+            for q, values in enumerate(ahead_acceptance(target, head.eval(), prompt, answer, settings.ahead)):
+                per_ahead[q].append(values)
+        row = {"teacher_forced": [_summary(torch.cat(values)) for values in per_ahead]}
+        log(f"{name}: teacher-forced acceptance drafted 0..{settings.ahead - 1} ahead: "
+            + ", ".join(f"{s['mean']:.4f} (s.e. {s['stderr']:.4f})" for s in row["teacher_forced"]))
+        if engine:
+            row["engine"] = engine_acceptance(target, FeatureDraft(head, target), prompts, settings)
+            log(f"{name}: engine sd L={settings.draft_length}: accepted at positions 1..{settings.draft_length} "
+                + ", ".join(f"{x:.3f}" for x in row["engine"]["accepted_at"])
+                + f"; tokens per target call {row['engine']['tokens_per_call']:.3f} ({row['engine']['steps']} steps)")
+        report["drafts"][name] = row
+    return report
+

@@ -1,0 +1,60 @@
+"""Held-out acceptance of a feature draft: the teacher-forced figure drafted q positions ahead is the
+overlap of the target with the draft as it decodes q positions ahead, at every answer position."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftverify.formulas import overlap
+from draftverify.train.heldout import HeldoutSettings, ahead_acceptance, engine_acceptance
+from tests.factories import tiny_feature_pair
+
+VOCAB = 11
+SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
+TOKENS = [3, 1, 4, 1, 5, 9, 2, 6, 0, 7]
+PROMPT = 4  # tokens of the prompt; the rest is the answer
+
+
+def _decoding_draft_probs(target, draft, position: int, ahead: int) -> torch.Tensor:
+    """The draft's law at ``position`` (predicting the token after it) when it drafts ``ahead``
+    positions after the target's last scored one, as the engine runs it."""
+    tokens = torch.tensor([TOKENS])
+    target_cache = target.new_cache(1)
+    target.forward(target_cache, tokens[:, : position - ahead])
+    cache = draft.new_cache(1, target_cache)
+    logits = draft.forward(cache, tokens[:, : position - ahead + 1])
+    for i in range(position - ahead + 1, position + 1):
+        logits = draft.forward(cache, tokens[:, i: i + 1])
+    return torch.softmax(logits[0, -1].double(), -1)
+
+
+def test_teacher_forced_acceptance_drafted_ahead_is_the_decoding_drafts_overlap_at_every_position():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    values = ahead_acceptance(target, draft.head_module, TOKENS[:PROMPT], TOKENS[PROMPT:], 3)
+    answer = len(TOKENS) - PROMPT
+    assert [len(v) for v in values] == [answer, answer - 1, answer - 2]  # q ahead: the first q positions cannot be
+    with torch.no_grad():
+        target_probs = torch.softmax(target.model(input_ids=torch.tensor([TOKENS])).logits[0].double(), -1)
+    for ahead, row in enumerate(values):
+        positions = range(PROMPT - 1 + ahead, len(TOKENS) - 1)
+        expected = torch.stack([overlap(target_probs[j], _decoding_draft_probs(target, draft, j, ahead)) for j in positions])
+        torch.testing.assert_close(row, expected, atol=2e-3, rtol=0)
+    assert not torch.allclose(values[0][1:], values[1], atol=2e-3)  # drafting ahead changes the figure: q is told apart
+
+
+def test_engine_acceptance_counts_each_drafted_position_at_most_as_often_as_the_one_before():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    settings = HeldoutSettings(tokens=12, draft_length=3)
+    figures = engine_acceptance(target, draft, [TOKENS[:PROMPT], TOKENS[:PROMPT + 2]], settings)
+    shares = figures["accepted_at"]
+    assert len(shares) == 3 and all(0 <= b <= a <= 1 for a, b in zip(shares, shares[1:]))
+    assert figures["steps"] >= 2 * 12 // 4  # at most L + 1 tokens a drafting step
+    assert 1 <= figures["tokens_per_call"] <= 4
+
+
+@pytest.mark.parametrize("bad", [dict(chat=0, humaneval=0), dict(chat=-1), dict(ahead=0), dict(draft_length=0),
+                                 dict(tokens=0), dict(context=0)])
+def test_settings_refuse_an_empty_set_and_non_positive_counts(bad):
+    with pytest.raises(ValueError, match="|".join(bad)):
+        HeldoutSettings(**bad)
