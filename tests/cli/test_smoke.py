@@ -113,6 +113,7 @@ SLOW = [
     (["train-draft", "--kind", "llama", "--teacher-seed", "1", "--warmup", "5", "--seed", "2", "--label-minutes", "0"],
      2),  # --warmup and --seed are the feature draft's
     (["train-draft", "--kind", "feature", "--lr", "0", "--label-minutes", "0"], 2),  # a learning rate > 0
+    (["train-draft", "--kind", "ngram", "--calibration", "2", "--label-minutes", "0"], 2),  # feature only
     (["evaluate-draft", "--chat", "1", "--humaneval", "1", "--tokens", "4", "--ahead", "2", "--draft-length", "2",
       "--answers", "{tmp}/answers.json", "--json", "{tmp}/heldout.json"], 0),  # the default pair's draft, held out
     (["evaluate-draft", "--draft", "=folder"], 2),  # a draft without a name

@@ -92,16 +92,19 @@ def test_a_run_resumes_and_writes_a_loadable_draft(target_folder, tmp_path, monk
 
 
 def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, tmp_path, monkeypatch):
-    from draftverify.models.feature_draft import FeatureDraft
+    from draftverify.models.feature_draft import FeatureDraft, FeatureHead
     from draftverify.models.pair import load_draft
     from draftverify.train import draft_pipeline
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, unroll=2)
+    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, unroll=2, calibration=2)
     record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
                          teacher=teacher, draft=config, log=lambda _: None)
     assert record["last_step"]["step"] == 2
+    tau = record["calibration"]["temperature"]
+    trained = torch.load(tmp_path / "work" / "draft" / "checkpoint.pt", weights_only=False)["model"]["head.weight"]
+    torch.testing.assert_close(FeatureHead.load(tmp_path / "out").head.weight, trained / tau, atol=1e-3, rtol=1e-3)  # folded in
     features = np.load(tmp_path / "work" / "teacher" / "features-00000.npy")
     tokens = np.load(tmp_path / "work" / "teacher" / "shard-00000.npz")["tokens"]
     assert features.shape[:2] == tokens.shape
@@ -116,10 +119,10 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1)
+    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
     train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
                 teacher=teacher, draft=config, log=lambda _: None)
-    later = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, unroll=2, seed=1)
+    later = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, unroll=2, seed=1, calibration=0)
     record = train_draft(target_folder, tmp_path / "second", tmp_path / "stage2", label_minutes=0, train_minutes=1,
                          teacher=teacher, draft=later, extra_shards=(tmp_path / "first" / "teacher",),
                          start=tmp_path / "stage1", log=lambda _: None)

@@ -3,11 +3,14 @@ overlap of the target with the draft as it decodes q positions ahead, at every a
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from draftverify.formulas import overlap
-from draftverify.train.heldout import HeldoutSettings, ahead_acceptance, engine_acceptance
+from draftverify.train.heldout import (HeldoutSettings, ahead_acceptance, engine_acceptance, fit_temperature,
+                                      set_output_temperature)
 from tests.factories import tiny_feature_pair
 
 VOCAB = 11
@@ -51,6 +54,28 @@ def test_engine_acceptance_counts_each_drafted_position_at_most_as_often_as_the_
     assert len(shares) == 3 and all(0 <= b <= a <= 1 for a, b in zip(shares, shares[1:]))
     assert figures["steps"] >= 2 * 12 // 4  # at most L + 1 tokens a drafting step
     assert 1 <= figures["tokens_per_call"] <= 4
+
+
+def test_the_fitted_temperature_is_the_best_candidate_and_folding_it_in_divides_the_logits():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    head = draft.head_module
+    sequences = [(TOKENS[:PROMPT], TOKENS[PROMPT:]), (TOKENS[:2], TOKENS[2:7])]
+    candidates = (0.5, 0.7, 1.0, 1.4, 2.0)
+    fit = fit_temperature(target, head, *zip(*sequences), ahead=2, candidates=candidates)
+    for tau in candidates:  # each candidate's figure is the acceptance of the head with its output divided by tau
+        scaled = copy.deepcopy(head)
+        set_output_temperature(scaled, tau)
+        per_q = [torch.cat(v) for v in zip(*(ahead_acceptance(target, scaled, p, a, 2) for p, a in sequences))]
+        assert fit["acceptance"][str(tau)] == pytest.approx([float(v.mean()) for v in per_q], abs=1e-5)
+    means = {tau: sum(v) / 2 for tau, v in fit["acceptance"].items()}
+    assert fit["temperature"] != 1.0 and means[str(fit["temperature"])] == max(means.values())  # this random head: not calibrated
+    chosen = fit["temperature"]
+    set_output_temperature(head, chosen)  # the same laws again at candidates / chosen: 1 is now the best
+    again = fit_temperature(target, head, *zip(*sequences), ahead=2, candidates=[tau / chosen for tau in candidates])
+    assert again["temperature"] == 1.0
+    assert sum(again["acceptance"].values(), []) == pytest.approx(sum(fit["acceptance"].values(), []), abs=1e-4)
+    with pytest.raises(ValueError, match="temperature"):
+        set_output_temperature(head, 0.0)
 
 
 @pytest.mark.parametrize("bad", [dict(chat=0, humaneval=0), dict(chat=-1), dict(ahead=0), dict(draft_length=0),

@@ -40,6 +40,9 @@ def train_draft(
                                                show_default="1")] = None,
     seed: Annotated[int | None, typer.Option(min=0, help="The training's batch order and noise (--kind feature).",
                                              show_default="0")] = None,
+    calibration: Annotated[int | None, typer.Option(min=0, max=32, help="Held-out chat prompts the output temperature is "
+                                                    "fitted on after training; 0: none (--kind feature).",
+                                                    show_default="32")] = None,
 ) -> int:
     """Label chat answers with the target and train a draft on them (resumable)."""
     from ..models.gguf import converted_folder
@@ -49,7 +52,8 @@ def train_draft(
     from ..train.ngram import NGramConfig
     from ..train.teacher import TeacherConfig
 
-    schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, unroll=unroll, seed=seed).items() if v is not None}
+    schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, unroll=unroll, seed=seed,
+                                                     calibration=calibration).items() if v is not None}
     configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule),
                "llama": lambda: DraftConfig(steps=steps), "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:

@@ -6,7 +6,8 @@ from where it stopped: (1) the target answers chat prompts from the standard lib
 (:mod:`.teacher`); (2) the draft is trained on those answers: a feature draft
 (:mod:`.feature_draft`, the default pair's; the labelling keeps the target's features, computed
 once per shard for shards labelled without them; a further stage continues from a trained feature
-draft on more shard folders), a small Llama draft distilled on them (:mod:`.draft`) or an n-gram
+draft on more shard folders; after training its output temperature is fitted on held-out prompts,
+:mod:`.heldout`), a small Llama draft distilled on them (:mod:`.draft`) or an n-gram
 drafter counted on them (:mod:`.ngram`; seconds, and it may count shard folders besides
 ``workdir``'s). Drafts are saved in float16 (half the bytes; loaded as float32) with
 ``training.json`` beside them.
@@ -73,6 +74,7 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
         if start is not None and model.vocab.numel() != draft.vocab:
             raise ValueError(f"start: its subset has {model.vocab.numel()} tokens, the settings ask for {draft.vocab}")
         figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline)
+        calibration = _calibrate(target, model, draft.calibration, log) if draft.calibration else None
         model.save(output)
     else:
         rows = load_shards(workdir / "teacher")
@@ -82,8 +84,8 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
         model.to(torch.float16).save_pretrained(output)
     record = {
         "teacher": asdict(teacher), "draft": asdict(draft), "last_step": figures,
-        **({"shard_folders": [str(folder) for folder in folders], "start": None if start is None else str(start)}
-           if isinstance(draft, FeatureDraftConfig) else {}),
+        **({"shard_folders": [str(folder) for folder in folders], "start": None if start is None else str(start),
+            "calibration": calibration} if isinstance(draft, FeatureDraftConfig) else {}),
         "answers": len(rows), "answer_tokens": int(sum(len(r[2]) for r in rows)),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
@@ -92,6 +94,21 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
 
     load_draft(output, target)  # it loads back
     return record
+
+
+def _calibrate(target, head, count: int, log: Callable[[str], None]) -> dict:
+    """Fit the trained head's output temperature on ``count`` calibration prompts and the target's
+    answers to them (seed 200 + i) and fold it into the head (:mod:`.heldout`); what was fitted."""
+    from .heldout import HeldoutSettings, calibration_prompts, fit_temperature, sample_answers, set_output_temperature
+
+    began = time.time()
+    prompts = calibration_prompts(target.tokenizer, count)
+    answers = sample_answers(target, prompts, HeldoutSettings(seed=200))
+    fit = fit_temperature(target, head.eval(), prompts, answers)
+    set_output_temperature(head, fit["temperature"])
+    log(f"calibration: output temperature {fit['temperature']} on {len(prompts)} prompts "
+        f"({sum(map(len, answers))} answer tokens) in {time.time() - began:.0f} s")
+    return {"prompts": len(prompts), "answer_tokens": sum(map(len, answers)), "seed": 200, **fit}
 
 
 def _count_ngrams(target, folders: tuple[Path, ...], heldout: Path | None, output: Path, teacher: TeacherConfig,

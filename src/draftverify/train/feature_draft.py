@@ -22,7 +22,8 @@ feeds token x_j with its own feature f^_{j-1} from the position before, and atte
 and values of positions up to j - p + 1 computed from the target's features (pass 1) and to those
 of the drafted positions between, each computed by its own pass. Pass p runs the layer over the
 inputs of passes 1..p side by side under :func:`draft_ahead_mask` (:func:`draft_passes`); the loss
-is the mean of the passes. (Before 2026-11-27 pass 2 attended to its own pass at every position, harsher than
+is the mean of the passes. After training, the pipeline fits the head's output temperature on
+held-out prompts (``calibration``; :func:`.heldout.fit_temperature`). (Before 2026-11-27 pass 2 attended to its own pass at every position, harsher than
 decoding, where the earlier positions hold the target's features.)
 """
 
@@ -58,10 +59,13 @@ class FeatureDraftConfig:
     unroll: int = 1
     seed: int = 0
     checkpoint_every: int = 25
+    calibration: int = 32  # held-out chat prompts the output temperature is fitted on after training (0: none)
 
     def __post_init__(self) -> None:
         if min(self.vocab, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 or not self.lr > 0:
             raise ValueError("vocab, batch_size, steps, checkpoint_every, unroll and lr must be positive")
+        if not 0 <= self.calibration <= 32:
+            raise ValueError(f"calibration: 0 to 32 prompts, got {self.calibration}")
 
 
 @torch.no_grad()

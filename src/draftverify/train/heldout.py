@@ -15,6 +15,12 @@ Two measures of each draft:
   float32 head, no noise), checked against the decoding draft in the tests;
 - the engine's ``sd`` at ``draft_length`` (:func:`engine_acceptance`): the share of drafting steps
   that accept the drafted positions 1..L, and tokens committed per target call.
+
+Calibration (:func:`fit_temperature`): the draft's law softmax(logits / tau) with the output
+temperature tau, among :data:`TEMPERATURES`, that maximises the teacher-forced acceptance (mean over
+the positions drafted 0..2 ahead) on other held-out chat prompts (:data:`CALIBRATION`, never
+evaluated); training folds it into the head's output layer (:func:`set_output_temperature`). Any
+tau keeps every verifier exact: the draft's tokens are drawn from the law handed to the verifier.
 """
 
 from __future__ import annotations
@@ -33,8 +39,12 @@ from .feature_draft import draft_passes
 from .measure import humaneval_prompts
 from .teacher import chat_prompts
 
-__all__ = ["HeldoutSettings", "ahead_acceptance", "engine_acceptance", "evaluate_drafts", "heldout_prompts",
-           "sample_answers"]
+__all__ = ["CALIBRATION", "TEMPERATURES", "HeldoutSettings", "ahead_acceptance", "ahead_rows", "calibration_prompts",
+           "engine_acceptance", "evaluate_drafts", "fit_temperature", "heldout_prompts", "sample_answers",
+           "set_output_temperature"]
+
+CALIBRATION = slice(64, 96)  # held-out chat prompts an evaluation (at most the first 64) never reads
+TEMPERATURES = tuple(round(0.6 + 0.05 * i, 2) for i in range(13))  # 0.6, 0.65, ..., 1.2
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,12 @@ def heldout_prompts(tokenizer: Any, settings: HeldoutSettings) -> list[list[int]
     return [encode_prompt(tokenizer, text, True)[-settings.context:] for text in texts]
 
 
+def calibration_prompts(tokenizer: Any, count: int, context: int = 192) -> list[list[int]]:
+    """The first ``count`` (at most 32) of the :data:`CALIBRATION` prompts, as :func:`heldout_prompts`."""
+    texts = chat_prompts("heldout", seed=0)[CALIBRATION][:count]
+    return [encode_prompt(tokenizer, text, True)[-context:] for text in texts]
+
+
 def sample_answers(target: Any, prompts: Sequence[Sequence[int]], settings: HeldoutSettings) -> list[list[int]]:
     """The target's answers: ``ar`` at temperature 1, prompt i with seed ``seed + i``, up to
     ``tokens`` tokens, stopping at eos."""
@@ -71,25 +87,56 @@ def sample_answers(target: Any, prompts: Sequence[Sequence[int]], settings: Held
 
 
 @torch.no_grad()
-def ahead_acceptance(target: Any, head: FeatureHead, prompt: Sequence[int], answer: Sequence[int],
-                     ahead: int) -> list[torch.Tensor]:
-    """Per answer position, ``sum_x min(T(x), D(x))`` with the draft drafting q = 0..ahead-1
-    positions ahead (module doc): tensor q holds the answer positions j (predicting token j + 1) with
-    j - q >= len(prompt) - 1, where the target last scored a prompt or answer token. ``target`` is a
-    lean Llama (:class:`~draftverify.models.hf.TransformersModel`) over the float32 head's vocabulary."""
+def ahead_rows(target: Any, head: FeatureHead, prompt: Sequence[int], answer: Sequence[int],
+               ahead: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per q = 0..ahead-1, the target's probabilities of the head's tokens [n, N] and the head's
+    logits over them [n, N] (float64) at the answer positions j (predicting token j + 1) with
+    j - q >= len(prompt) - 1, where the target last scored a prompt or answer token, the draft
+    drafting q positions ahead (module doc). The draft's probability outside its tokens is zero, so
+    ``sum_x min(T(x), D(x))`` needs only these. ``target`` is a lean Llama
+    (:class:`~draftverify.models.hf.TransformersModel`) over the float32 head's vocabulary."""
     sequence = torch.tensor([list(prompt) + list(answer)])  # [1, S]
     size, first = sequence.shape[1], len(prompt) - 1
-    target_probs = torch.softmax(target.forward(target.new_cache(1), sequence, None, size)[0].double(), -1)  # [S, V]
+    target_probs = torch.softmax(target.forward(target.new_cache(1), sequence, None, size)[0].double(), -1)[:, head.vocab]
     features = target.model.model(input_ids=sequence).last_hidden_state  # [1, S, E]
     embedded = target.model.get_input_embeddings()(sequence)
     passes = draft_passes(head, embedded, F.pad(features[:, :-1], (0, 0, 1, 0)), ahead)
-    out = []
-    for q, predicted in enumerate(passes):
-        logits = torch.full((size, target_probs.shape[1]), float("-inf"), dtype=torch.float64)
-        logits[:, head.vocab] = head.head(predicted[0]).double()
-        rows = slice(first + q, size - 1)
-        out.append(overlap(target_probs[rows], torch.softmax(logits[rows], -1)))
-    return out
+    return [(target_probs[first + q: size - 1], head.head(predicted[0, first + q: size - 1]).double())
+            for q, predicted in enumerate(passes)]
+
+
+def ahead_acceptance(target: Any, head: FeatureHead, prompt: Sequence[int], answer: Sequence[int],
+                     ahead: int) -> list[torch.Tensor]:
+    """Per answer position, ``sum_x min(T(x), D(x))`` with the draft drafting q = 0..ahead-1
+    positions ahead: tensor q over the positions :func:`ahead_rows` gives."""
+    return [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in ahead_rows(target, head, prompt, answer, ahead)]
+
+
+def fit_temperature(target: Any, head: FeatureHead, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],
+                    ahead: int = 3, candidates: Sequence[float] = TEMPERATURES) -> dict:
+    """The output temperature among ``candidates`` whose law softmax(logits / tau) has the highest
+    teacher-forced acceptance, averaged over drafting 0..ahead-1 positions ahead (each the mean over
+    its positions): ``{"temperature": tau, "acceptance": {tau: [mean per q]}}``."""
+    if not candidates or min(candidates) <= 0:
+        raise ValueError(f"candidates: temperatures > 0, got {tuple(candidates)}")
+    sums, counts = torch.zeros(len(candidates), ahead, dtype=torch.float64), torch.zeros(ahead, dtype=torch.float64)
+    for prompt, answer in zip(prompts, answers):
+        for q, (target_probs, logits) in enumerate(ahead_rows(target, head, prompt, answer, ahead)):
+            counts[q] += len(target_probs)
+            for c, tau in enumerate(candidates):
+                sums[c, q] += overlap(target_probs, torch.softmax(logits / tau, -1)).sum()
+    means = sums / counts
+    best = int(means.mean(1).argmax())
+    return {"temperature": float(candidates[best]),
+            "acceptance": {str(tau): [round(float(x), 5) for x in row] for tau, row in zip(candidates, means)}}
+
+
+@torch.no_grad()
+def set_output_temperature(head: FeatureHead, temperature: float) -> None:
+    """Divide the head's output layer by ``temperature``: its law becomes softmax(logits / tau)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    head.head.weight.div_(temperature)
 
 
 def engine_acceptance(target: Any, draft: Any, prompts: Sequence[Sequence[int]], settings: HeldoutSettings) -> dict:
@@ -116,8 +163,9 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
                     answers: list[list[int]] | None = None, engine: bool = True,
                     log: Callable[[str], None] = print) -> dict:
     """Both measures for each head (a name to a :class:`FeatureHead`): ``{"prompts", "answer_positions",
-    "drafts": {name: {"teacher_forced": [per q: mean, stderr, positions], "engine": ...}}}``.
-    ``answers`` (as :func:`sample_answers` returns them) skips the sampling."""
+    "drafts": {name: {"teacher_forced": [per q: mean, stderr, positions], "target_mass_on_tokens", "engine"}}}``;
+    ``target_mass_on_tokens`` is the target's mean probability of the head's tokens, the most any
+    draft over them accepts. ``answers`` (as :func:`sample_answers` returns them) skips the sampling."""
     prompts = heldout_prompts(target.tokenizer, settings)
     if answers is None:
         answers = sample_answers(target, prompts, settings)
@@ -125,13 +173,17 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
         raise ValueError(f"answers: {len(answers)} given for {len(prompts)} held-out prompts")
     report: dict = {"prompts": len(prompts), "answer_positions": sum(map(len, answers)), "drafts": {}}
     for name, head in heads.items():
-        per_ahead = [[] for _ in range(settings.ahead)]
+        per_ahead, mass = [[] for _ in range(settings.ahead)], []
         for prompt, answer in zip(prompts, answers):
-            for q, values in enumerate(ahead_acceptance(target, head.eval(), prompt, answer, settings.ahead)):
-                per_ahead[q].append(values)
-        row = {"teacher_forced": [_summary(torch.cat(values)) for values in per_ahead]}
+            for q, (target_probs, logits) in enumerate(ahead_rows(target, head.eval(), prompt, answer, settings.ahead)):
+                per_ahead[q].append(overlap(target_probs, torch.softmax(logits, -1)))
+                if q == 0:
+                    mass.append(target_probs.sum(-1))
+        row = {"teacher_forced": [_summary(torch.cat(values)) for values in per_ahead],
+               "target_mass_on_tokens": _summary(torch.cat(mass))}
         log(f"{name}: teacher-forced acceptance drafted 0..{settings.ahead - 1} ahead: "
-            + ", ".join(f"{s['mean']:.4f} (s.e. {s['stderr']:.4f})" for s in row["teacher_forced"]))
+            + ", ".join(f"{s['mean']:.4f} (s.e. {s['stderr']:.4f})" for s in row["teacher_forced"])
+            + f"; the target's mass on its tokens {row['target_mass_on_tokens']['mean']:.4f}")
         if engine:
             row["engine"] = engine_acceptance(target, FeatureDraft(head, target), prompts, settings)
             log(f"{name}: engine sd L={settings.draft_length}: accepted at positions 1..{settings.draft_length} "
