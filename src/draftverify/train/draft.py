@@ -135,7 +135,7 @@ def distill_draft(draft, rows, config: DraftConfig, workdir: Path, log: Callable
     optimizer = torch.optim.AdamW(draft.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
     step = resume(checkpoint, draft, optimizer, log)
     draft.train()
-    figures: dict = {}
+    figures: dict = {"step": step}  # a run resumed at its last step trains no more
     began = time.time()
     while step < config.steps and (deadline is None or time.time() < deadline):
         order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)

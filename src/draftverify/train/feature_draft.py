@@ -200,7 +200,7 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
     vocab_index[head.vocab] = torch.arange(len(head.vocab))
     scale = float(np.sqrt(np.mean([np.mean(np.square(r[4][:64].astype(np.float32))) for r in rows[:64]])))
     head.train()
-    figures: dict = {}
+    figures: dict = {"step": step}  # a run resumed at its last step trains no more
     began = time.time()
     while step < config.steps and (deadline is None or time.time() < deadline):
         order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)
