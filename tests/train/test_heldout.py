@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from draftverify.formulas import overlap
-from draftverify.train.heldout import (HeldoutSettings, ahead_acceptance, engine_acceptance, fit_temperature,
-                                      set_output_temperature)
+from draftverify.train.heldout import (HeldoutSettings, ahead_acceptance, engine_acceptance, engine_runs, fit_temperature,
+                                      set_output_temperature, step_start_acceptance, step_starts)
 from tests.factories import tiny_feature_pair
 
 VOCAB = 11
@@ -49,11 +49,29 @@ def test_teacher_forced_acceptance_drafted_ahead_is_the_decoding_drafts_overlap_
 def test_engine_acceptance_counts_each_drafted_position_at_most_as_often_as_the_one_before():
     target, draft = tiny_feature_pair(VOCAB, SUBSET)
     settings = HeldoutSettings(tokens=12, draft_length=3)
-    figures = engine_acceptance(target, draft, [TOKENS[:PROMPT], TOKENS[:PROMPT + 2]], settings)
+    figures = engine_acceptance(engine_runs(target, draft, [TOKENS[:PROMPT], TOKENS[:PROMPT + 2]], settings), 3)
     shares = figures["accepted_at"]
     assert len(shares) == 3 and all(0 <= b <= a <= 1 for a, b in zip(shares, shares[1:]))
     assert figures["steps"] >= 2 * 12 // 4  # at most L + 1 tokens a drafting step
     assert 1 <= figures["tokens_per_call"] <= 4
+
+
+def test_a_step_starts_where_its_first_token_is_predicted_and_every_draft_is_scored_there():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    runs = engine_runs(target, draft, [TOKENS[:PROMPT]], HeldoutSettings(tokens=16, draft_length=3))
+    result = runs[0]
+    starts = step_starts(result)
+    drafting = [s for s in result.steps if s.drafted]
+    assert len(starts) == len(drafting) - 1 and starts[0] == PROMPT - 1 + result.steps[0].committed  # the first step left out
+    committed = [s.committed for s in result.steps if s.drafted][1:-1]
+    assert [b - a for a, b in zip(starts, starts[1:])] == committed  # a step starts where the one before ended
+    figures = step_start_acceptance(target, draft.head_module, runs, 2)
+    values = ahead_acceptance(target, draft.head_module, result.prompt_ids, result.tokens, 2)
+    first = [float(values[0][s - PROMPT + 1]) for s in starts]
+    both = [(float(values[0][s - PROMPT + 1]), float(values[1][s - PROMPT + 1])) for s in starts
+            if s - PROMPT + 1 < len(values[1])]
+    assert figures["starts"] == len(starts) and figures["ahead"][0] == pytest.approx(sum(first) / len(first))
+    assert figures["expected_accepted"] == pytest.approx(sum(a + a * b for a, b in both) / len(both))
 
 
 def test_the_fitted_temperature_is_the_best_candidate_and_folding_it_in_divides_the_logits():

@@ -14,7 +14,10 @@ Two measures of each draft:
   own after, attending as it does when decoding: training's passes (:func:`.feature_draft.draft_passes`,
   float32 head, no noise), checked against the decoding draft in the tests;
 - the engine's ``sd`` at ``draft_length`` (:func:`engine_acceptance`): the share of drafting steps
-  that accept the drafted positions 1..L, and tokens committed per target call.
+  that accept the drafted positions 1..L, and tokens committed per target call; and, since one run's
+  figures carry its own path and draws (~0.02 tokens per call), the teacher-forced acceptance of
+  every draft at the positions where the first draft's steps start (:func:`step_start_acceptance`):
+  a step starts after a rejection more often than not, at a harder position than the average one.
 
 Calibration (:func:`fit_temperature`): the draft's law softmax(logits / tau) with the output
 temperature tau, among :data:`TEMPERATURES`, that maximises the teacher-forced acceptance (mean over
@@ -25,6 +28,8 @@ tau keeps every verifier exact: the draft's tokens are drawn from the law handed
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -40,8 +45,8 @@ from .measure import humaneval_prompts
 from .teacher import chat_prompts
 
 __all__ = ["CALIBRATION", "TEMPERATURES", "HeldoutSettings", "ahead_acceptance", "ahead_rows", "calibration_prompts",
-           "engine_acceptance", "evaluate_drafts", "fit_temperature", "heldout_prompts", "sample_answers",
-           "set_output_temperature"]
+           "engine_acceptance", "engine_runs", "evaluate_drafts", "fit_temperature", "heldout_prompts", "sample_answers",
+           "set_output_temperature", "step_start_acceptance", "step_starts"]
 
 CALIBRATION = slice(64, 96)  # held-out chat prompts an evaluation (at most the first 64) never reads
 TEMPERATURES = tuple(round(0.6 + 0.05 * i, 2) for i in range(13))  # 0.6, 0.65, ..., 1.2
@@ -139,13 +144,18 @@ def set_output_temperature(head: FeatureHead, temperature: float) -> None:
     head.head.weight.div_(temperature)
 
 
-def engine_acceptance(target: Any, draft: Any, prompts: Sequence[Sequence[int]], settings: HeldoutSettings) -> dict:
-    """The engine's ``sd`` at ``draft_length`` (prompt i: seed i, ``tokens`` tokens, eos ignored):
-    the share of drafting steps that accept drafted positions 1..L, tokens per target call, steps."""
-    accepted, steps, tokens, calls = [0] * settings.draft_length, 0, 0, 0
-    for i, prompt in enumerate(prompts):
-        result = generate(target, draft, prompt, "sd", max_new_tokens=settings.tokens, ignore_eos=True, seed=i,
-                          draft_length=settings.draft_length)
+def engine_runs(target: Any, draft: Any, prompts: Sequence[Sequence[int]], settings: HeldoutSettings) -> list:
+    """The engine's ``sd`` at ``draft_length`` on each prompt (prompt i: seed i, ``tokens`` tokens,
+    eos ignored): a :class:`~draftverify.engine.stats.GenerationResult` each."""
+    return [generate(target, draft, prompt, "sd", max_new_tokens=settings.tokens, ignore_eos=True, seed=i,
+                     draft_length=settings.draft_length) for i, prompt in enumerate(prompts)]
+
+
+def engine_acceptance(runs: Sequence[Any], draft_length: int) -> dict:
+    """Of :func:`engine_runs`: the share of drafting steps that accept drafted positions 1..L,
+    tokens per target call, steps."""
+    accepted, steps, tokens, calls = [0] * draft_length, 0, 0, 0
+    for result in runs:
         for step in result.steps:
             tokens, calls = tokens + step.committed, calls + step.target_calls
             if step.drafted:
@@ -153,6 +163,40 @@ def engine_acceptance(target: Any, draft: Any, prompts: Sequence[Sequence[int]],
                 for position in range(step.accepted):
                     accepted[position] += 1
     return {"accepted_at": [count / steps for count in accepted], "tokens_per_call": tokens / calls, "steps": steps}
+
+
+def step_starts(result: Any) -> list[int]:
+    """The positions where the drafting steps of one engine run start (its first drafted token is
+    predicted there, reading the target's feature of the position before), but the first step, where
+    the target has not yet scored the prompt and the draft reads no feature of it."""
+    starts, position = [], len(result.prompt_ids) - 1
+    for step in result.steps:
+        if step.drafted and position >= len(result.prompt_ids):
+            starts.append(position)
+        position += step.committed
+    return starts
+
+
+def step_start_acceptance(target: Any, head: FeatureHead, runs: Sequence[Any], ahead: int) -> dict:
+    """Teacher-forced acceptance of ``head`` at the step starts s of ``runs`` (:func:`step_starts`),
+    drafted 0..ahead-1 ahead at s..s+ahead-1, on the runs' own tokens; and the expected accepted
+    tokens per step, a_0 + a_0 a_1 + ... + a_0 ... a_{ahead-1}, over the starts with all ``ahead``
+    positions inside the answer. Every draft scored on the same runs is compared on the same
+    positions: the engine's own figures differ by their runs' paths and draws."""
+    per_ahead, expected = [[] for _ in range(ahead)], []
+    for result in runs:
+        rows = ahead_rows(target, head, result.prompt_ids, result.tokens, ahead)
+        values = [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in rows]
+        first = len(result.prompt_ids) - 1
+        for start in step_starts(result):
+            index = start - first  # position start + q is row q's index start - first
+            got = [float(values[q][index]) for q in range(ahead) if index < len(values[q])]
+            for q, value in enumerate(got):
+                per_ahead[q].append(value)
+            if len(got) == ahead:
+                expected.append(sum(math.prod(got[: k + 1]) for k in range(ahead)))
+    return {"ahead": [statistics.fmean(v) for v in per_ahead], "expected_accepted": statistics.fmean(expected),
+            "starts": len(per_ahead[0])}
 
 
 def _summary(values: torch.Tensor) -> dict:
@@ -163,7 +207,9 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
                     answers: list[list[int]] | None = None, engine: bool = True,
                     log: Callable[[str], None] = print) -> dict:
     """Both measures for each head (a name to a :class:`FeatureHead`): ``{"prompts", "answer_positions",
-    "drafts": {name: {"teacher_forced": [per q: mean, stderr, positions], "target_mass_on_tokens", "engine"}}}``;
+    "drafts": {name: {"teacher_forced": [per q: mean, stderr, positions], "target_mass_on_tokens", "engine"}},
+    "step_starts": {"runs_of": the first name, "drafts": {name: ...}}}`` (:func:`step_start_acceptance`
+    on the first head's engine runs);
     ``target_mass_on_tokens`` is the target's mean probability of the head's tokens, the most any
     draft over them accepts. ``answers`` (as :func:`sample_answers` returns them) skips the sampling."""
     prompts = heldout_prompts(target.tokenizer, settings)
@@ -172,6 +218,7 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
     elif len(answers) != len(prompts):
         raise ValueError(f"answers: {len(answers)} given for {len(prompts)} held-out prompts")
     report: dict = {"prompts": len(prompts), "answer_positions": sum(map(len, answers)), "drafts": {}}
+    reference = None  # the first head's engine runs: where every head is scored at the step starts
     for name, head in heads.items():
         per_ahead, mass = [[] for _ in range(settings.ahead)], []
         for prompt, answer in zip(prompts, answers):
@@ -185,10 +232,19 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
             + ", ".join(f"{s['mean']:.4f} (s.e. {s['stderr']:.4f})" for s in row["teacher_forced"])
             + f"; the target's mass on its tokens {row['target_mass_on_tokens']['mean']:.4f}")
         if engine:
-            row["engine"] = engine_acceptance(target, FeatureDraft(head, target), prompts, settings)
+            runs = engine_runs(target, FeatureDraft(head, target), prompts, settings)
+            reference = runs if reference is None else reference
+            row["engine"] = engine_acceptance(runs, settings.draft_length)
             log(f"{name}: engine sd L={settings.draft_length}: accepted at positions 1..{settings.draft_length} "
                 + ", ".join(f"{x:.3f}" for x in row["engine"]["accepted_at"])
                 + f"; tokens per target call {row['engine']['tokens_per_call']:.3f} ({row['engine']['steps']} steps)")
         report["drafts"][name] = row
+    if engine:
+        report["step_starts"] = {"runs_of": next(iter(heads)), "drafts": {}}
+        for name, head in heads.items():
+            row = report["step_starts"]["drafts"][name] = step_start_acceptance(target, head, reference, settings.ahead)
+            log(f"{name}: at the step starts of {report['step_starts']['runs_of']}'s engine runs ({row['starts']}), "
+                f"drafted 0..{settings.ahead - 1} ahead: " + ", ".join(f"{x:.4f}" for x in row["ahead"])
+                + f"; expected accepted per step {row['expected_accepted']:.4f}")
     return report
 
