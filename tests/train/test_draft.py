@@ -86,7 +86,7 @@ def test_a_run_resumes_and_writes_a_loadable_draft(target_folder, tmp_path, monk
     resumed = distill_draft(draft_model(tiny_causal_lm(len(char_tokenizer()), arch="llama", width=32,
                                                        dtype=torch.float32), config),
                             rows, config, tmp_path / "work" / "draft", log=lambda _: None)
-    assert resumed == {}  # the checkpoint is at the last step: nothing left to do
+    assert resumed == {"step": 3}  # the checkpoint is at the last step: nothing left to do, that step recorded
     drafted = TransformersModel.from_pretrained(tmp_path / "out")
     assert drafted.vocab_size == len(char_tokenizer())
 
