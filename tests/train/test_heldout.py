@@ -96,8 +96,8 @@ def test_the_fitted_temperature_is_the_best_candidate_and_folding_it_in_divides_
         set_output_temperature(head, 0.0)
 
 
-@pytest.mark.parametrize("bad", [dict(chat=0, humaneval=0), dict(chat=-1), dict(ahead=0), dict(draft_length=0),
-                                 dict(tokens=0), dict(context=0)])
+@pytest.mark.parametrize("bad", [dict(chat=0, humaneval=0), dict(chat=-1), dict(chat=65), dict(ahead=0),
+                                 dict(draft_length=0), dict(tokens=0), dict(context=0)])
 def test_settings_refuse_an_empty_set_and_non_positive_counts(bad):
     with pytest.raises(ValueError, match="|".join(bad)):
         HeldoutSettings(**bad)

@@ -67,6 +67,8 @@ class HeldoutSettings:
     def __post_init__(self) -> None:
         if min(self.chat, self.humaneval) < 0 or self.chat + self.humaneval < 1:
             raise ValueError(f"chat, humaneval: at least one prompt, none negative; got {self.chat}, {self.humaneval}")
+        if self.chat > CALIBRATION.start:
+            raise ValueError(f"chat: at most {CALIBRATION.start} (the held-out chat prompts after them calibrate drafts), got {self.chat}")
         for name in ("context", "tokens", "ahead", "draft_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -74,7 +76,10 @@ class HeldoutSettings:
 
 def heldout_prompts(tokenizer: Any, settings: HeldoutSettings) -> list[list[int]]:
     """Token ids of the held-out prompts as chat messages, each cut to its last ``context`` tokens."""
-    texts = chat_prompts("heldout", seed=0)[: settings.chat] + (humaneval_prompts(settings.humaneval) if settings.humaneval else [])
+    humaneval = humaneval_prompts(settings.humaneval) if settings.humaneval else []
+    if len(humaneval) < settings.humaneval:
+        raise ValueError(f"humaneval: {settings.humaneval} asked, HumanEval has {len(humaneval)} prompts")
+    texts = chat_prompts("heldout", seed=0)[: settings.chat] + humaneval
     return [encode_prompt(tokenizer, text, True)[-settings.context:] for text in texts]
 
 
@@ -195,8 +200,8 @@ def step_start_acceptance(target: Any, head: FeatureHead, runs: Sequence[Any], a
                 per_ahead[q].append(value)
             if len(got) == ahead:
                 expected.append(sum(math.prod(got[: k + 1]) for k in range(ahead)))
-    return {"ahead": [statistics.fmean(v) for v in per_ahead], "expected_accepted": statistics.fmean(expected),
-            "starts": len(per_ahead[0])}
+    return {"ahead": [statistics.fmean(v) if v else None for v in per_ahead],
+            "expected_accepted": statistics.fmean(expected) if expected else None, "starts": len(per_ahead[0])}
 
 
 def _summary(values: torch.Tensor) -> dict:
@@ -244,7 +249,6 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
         for name, head in heads.items():
             row = report["step_starts"]["drafts"][name] = step_start_acceptance(target, head, reference, settings.ahead)
             log(f"{name}: at the step starts of {report['step_starts']['runs_of']}'s engine runs ({row['starts']}), "
-                f"drafted 0..{settings.ahead - 1} ahead: " + ", ".join(f"{x:.4f}" for x in row["ahead"])
-                + f"; expected accepted per step {row['expected_accepted']:.4f}")
+                f"drafted 0..{settings.ahead - 1} ahead: {row['ahead']}; expected accepted per step {row['expected_accepted']}")
     return report
 
