@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from json import dumps, loads
 from pathlib import Path
 from typing import Annotated
@@ -67,8 +68,7 @@ def evaluate_draft(
     torch.set_num_threads(threads)
     model = load_pair(target, quantize="float32").target
     sampled = None
-    keyed = {"target": target or "smollm2", "chat": chat, "humaneval": humaneval, "context": context, "tokens": tokens,
-             "seed": seed}
+    keyed = {"target": target or "smollm2", **{k: v for k, v in asdict(settings).items() if k not in ("ahead", "draft_length")}}
     if answers is not None and answers.exists():
         stored = loads(answers.read_text())
         if stored.get("settings") != keyed:
@@ -79,6 +79,6 @@ def evaluate_draft(
         answers.write_text(dumps({"settings": keyed, "answers": sampled}) + "\n")
     heads = {name: FeatureHead.load(folder) for name, folder in folders.items()}
     report = evaluate_drafts(model, heads, settings, answers=sampled, engine=engine)
-    report["settings"] = {**keyed, "ahead": ahead, "draft_length": draft_length, "drafts": {k: str(v) for k, v in folders.items()}}
+    report["settings"] = {"target": keyed["target"], **asdict(settings), "drafts": {k: str(v) for k, v in folders.items()}}
     emit_json(report, json)
     return 0

@@ -44,9 +44,9 @@ from .feature_draft import draft_passes
 from .measure import humaneval_prompts
 from .teacher import chat_prompts
 
-__all__ = ["CALIBRATION", "TEMPERATURES", "HeldoutSettings", "ahead_acceptance", "ahead_rows", "calibration_prompts",
+__all__ = ["CALIBRATION", "TEMPERATURES", "HeldoutSettings", "TargetPass", "ahead_acceptance", "ahead_rows", "calibration_prompts",
            "engine_acceptance", "engine_runs", "evaluate_drafts", "fit_temperature", "heldout_prompts", "sample_answers",
-           "set_output_temperature", "step_start_acceptance", "step_starts"]
+           "set_output_temperature", "step_start_acceptance", "step_starts", "target_pass"]
 
 CALIBRATION = slice(64, 96)  # held-out chat prompts an evaluation (at most the first 64) never reads
 TEMPERATURES = tuple(round(0.6 + 0.05 * i, 2) for i in range(13))  # 0.6, 0.65, ..., 1.2
@@ -79,13 +79,18 @@ def heldout_prompts(tokenizer: Any, settings: HeldoutSettings) -> list[list[int]
     humaneval = humaneval_prompts(settings.humaneval) if settings.humaneval else []
     if len(humaneval) < settings.humaneval:
         raise ValueError(f"humaneval: {settings.humaneval} asked, HumanEval has {len(humaneval)} prompts")
-    texts = chat_prompts("heldout", seed=0)[: settings.chat] + humaneval
-    return [encode_prompt(tokenizer, text, True)[-settings.context:] for text in texts]
+    return _chat_ids(tokenizer, chat_prompts("heldout", seed=0)[: settings.chat] + humaneval, settings.context)
 
 
 def calibration_prompts(tokenizer: Any, count: int, context: int = 192) -> list[list[int]]:
-    """The first ``count`` (at most 32) of the :data:`CALIBRATION` prompts, as :func:`heldout_prompts`."""
-    texts = chat_prompts("heldout", seed=0)[CALIBRATION][:count]
+    """The first ``count`` (1 to 32) of the :data:`CALIBRATION` prompts, as :func:`heldout_prompts`."""
+    if not 1 <= count <= CALIBRATION.stop - CALIBRATION.start:
+        raise ValueError(f"count: 1 to {CALIBRATION.stop - CALIBRATION.start} calibration prompts, got {count}")
+    return _chat_ids(tokenizer, chat_prompts("heldout", seed=0)[CALIBRATION][:count], context)
+
+
+def _chat_ids(tokenizer: Any, texts: list[str], context: int) -> list[list[int]]:
+    """Each text as one chat message, cut to its last ``context`` tokens."""
     return [encode_prompt(tokenizer, text, True)[-context:] for text in texts]
 
 
@@ -96,21 +101,36 @@ def sample_answers(target: Any, prompts: Sequence[Sequence[int]], settings: Held
             for i, prompt in enumerate(prompts)]
 
 
+@dataclass(frozen=True)
+class TargetPass:
+    """The target's teacher-forced pass over one prompt and its answer: what every head's rows read."""
+
+    probs: torch.Tensor  # [S, V] float64: the target's law after each position
+    features: torch.Tensor  # [1, S, E]: its final hidden states
+    embedded: torch.Tensor  # [1, S, E]: its token embeddings
+    first: int  # len(prompt) - 1, the last prompt position
+
+
 @torch.no_grad()
-def ahead_rows(target: Any, head: FeatureHead, prompt: Sequence[int], answer: Sequence[int],
-               ahead: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def target_pass(target: Any, prompt: Sequence[int], answer: Sequence[int]) -> TargetPass:
+    """The target's pass over ``prompt`` + ``answer``; ``target`` is a lean Llama
+    (:class:`~draftverify.models.hf.TransformersModel`)."""
+    sequence = torch.tensor([list(prompt) + list(answer)])  # [1, S]
+    logits = target.forward(target.new_cache(1), sequence, None, sequence.shape[1])[0]
+    return TargetPass(torch.softmax(logits.double(), -1), target.model.model(input_ids=sequence).last_hidden_state,
+                      target.model.get_input_embeddings()(sequence), len(prompt) - 1)
+
+
+@torch.no_grad()
+def ahead_rows(scored: TargetPass, head: FeatureHead, ahead: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per q = 0..ahead-1, the target's probabilities of the head's tokens [n, N] and the head's
     logits over them [n, N] (float64) at the answer positions j (predicting token j + 1) with
-    j - q >= len(prompt) - 1, where the target last scored a prompt or answer token, the draft
+    j - q >= ``scored.first``, where the target last scored a prompt or answer token, the draft
     drafting q positions ahead (module doc). The draft's probability outside its tokens is zero, so
-    ``sum_x min(T(x), D(x))`` needs only these. ``target`` is a lean Llama
-    (:class:`~draftverify.models.hf.TransformersModel`) over the float32 head's vocabulary."""
-    sequence = torch.tensor([list(prompt) + list(answer)])  # [1, S]
-    size, first = sequence.shape[1], len(prompt) - 1
-    target_probs = torch.softmax(target.forward(target.new_cache(1), sequence, None, size)[0].double(), -1)[:, head.vocab]
-    features = target.model.model(input_ids=sequence).last_hidden_state  # [1, S, E]
-    embedded = target.model.get_input_embeddings()(sequence)
-    passes = draft_passes(head, embedded, F.pad(features[:, :-1], (0, 0, 1, 0)), ahead)
+    ``sum_x min(T(x), D(x))`` needs only these."""
+    size, first = scored.probs.shape[0], scored.first
+    target_probs = scored.probs[:, head.vocab]
+    passes = draft_passes(head, scored.embedded, F.pad(scored.features[:, :-1], (0, 0, 1, 0)), ahead)
     return [(target_probs[first + q: size - 1], head.head(predicted[0, first + q: size - 1]).double())
             for q, predicted in enumerate(passes)]
 
@@ -119,7 +139,8 @@ def ahead_acceptance(target: Any, head: FeatureHead, prompt: Sequence[int], answ
                      ahead: int) -> list[torch.Tensor]:
     """Per answer position, ``sum_x min(T(x), D(x))`` with the draft drafting q = 0..ahead-1
     positions ahead: tensor q over the positions :func:`ahead_rows` gives."""
-    return [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in ahead_rows(target, head, prompt, answer, ahead)]
+    rows = ahead_rows(target_pass(target, prompt, answer), head, ahead)
+    return [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in rows]
 
 
 def fit_temperature(target: Any, head: FeatureHead, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],
@@ -131,7 +152,7 @@ def fit_temperature(target: Any, head: FeatureHead, prompts: Sequence[Sequence[i
         raise ValueError(f"candidates: temperatures > 0, got {tuple(candidates)}")
     sums, counts = torch.zeros(len(candidates), ahead, dtype=torch.float64), torch.zeros(ahead, dtype=torch.float64)
     for prompt, answer in zip(prompts, answers):
-        for q, (target_probs, logits) in enumerate(ahead_rows(target, head, prompt, answer, ahead)):
+        for q, (target_probs, logits) in enumerate(ahead_rows(target_pass(target, prompt, answer), head, ahead)):
             counts[q] += len(target_probs)
             for c, tau in enumerate(candidates):
                 sums[c, q] += overlap(target_probs, torch.softmax(logits / tau, -1)).sum()
@@ -182,26 +203,29 @@ def step_starts(result: Any) -> list[int]:
     return starts
 
 
-def step_start_acceptance(target: Any, head: FeatureHead, runs: Sequence[Any], ahead: int) -> dict:
-    """Teacher-forced acceptance of ``head`` at the step starts s of ``runs`` (:func:`step_starts`),
-    drafted 0..ahead-1 ahead at s..s+ahead-1, on the runs' own tokens; and the expected accepted
-    tokens per step, a_0 + a_0 a_1 + ... + a_0 ... a_{ahead-1}, over the starts with all ``ahead``
-    positions inside the answer. Every draft scored on the same runs is compared on the same
-    positions: the engine's own figures differ by their runs' paths and draws."""
-    per_ahead, expected = [[] for _ in range(ahead)], []
+def step_start_acceptance(target: Any, heads: dict[str, FeatureHead], runs: Sequence[Any], ahead: int) -> dict:
+    """Teacher-forced acceptance of each head (a name to a :class:`FeatureHead`) at the step starts s
+    of ``runs`` (:func:`step_starts`), drafted 0..ahead-1 ahead at s..s+ahead-1, on the runs' own
+    tokens; and the expected accepted tokens per step, a_0 + a_0 a_1 + ... + a_0 ... a_{ahead-1},
+    over the starts with all ``ahead`` positions inside the answer: ``{name: {"ahead", "expected_accepted",
+    "starts"}}``. Every head is compared on the same positions: the engine's own figures differ by
+    their runs' paths and draws. The target's pass over each run is made once for all heads."""
+    per_ahead = {name: [[] for _ in range(ahead)] for name in heads}
+    expected: dict[str, list[float]] = {name: [] for name in heads}
     for result in runs:
-        rows = ahead_rows(target, head, result.prompt_ids, result.tokens, ahead)
-        values = [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in rows]
-        first = len(result.prompt_ids) - 1
-        for start in step_starts(result):
-            index = start - first  # position start + q is row q's index start - first
-            got = [float(values[q][index]) for q in range(ahead) if index < len(values[q])]
-            for q, value in enumerate(got):
-                per_ahead[q].append(value)
-            if len(got) == ahead:
-                expected.append(sum(math.prod(got[: k + 1]) for k in range(ahead)))
-    return {"ahead": [statistics.fmean(v) if v else None for v in per_ahead],
-            "expected_accepted": statistics.fmean(expected) if expected else None, "starts": len(per_ahead[0])}
+        scored, starts = target_pass(target, result.prompt_ids, result.tokens), step_starts(result)
+        for name, head in heads.items():
+            values = [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in ahead_rows(scored, head, ahead)]
+            for start in starts:
+                index = start - scored.first  # position start + q is row q's index start - first
+                got = [float(values[q][index]) for q in range(ahead) if index < len(values[q])]
+                for q, value in enumerate(got):
+                    per_ahead[name][q].append(value)
+                if len(got) == ahead:
+                    expected[name].append(sum(math.prod(got[: k + 1]) for k in range(ahead)))
+    return {name: {"ahead": [statistics.fmean(v) if v else None for v in per_ahead[name]],
+                   "expected_accepted": statistics.fmean(expected[name]) if expected[name] else None,
+                   "starts": len(per_ahead[name][0])} for name in heads}
 
 
 def _summary(values: torch.Tensor) -> dict:
@@ -223,16 +247,19 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
     elif len(answers) != len(prompts):
         raise ValueError(f"answers: {len(answers)} given for {len(prompts)} held-out prompts")
     report: dict = {"prompts": len(prompts), "answer_positions": sum(map(len, answers)), "drafts": {}}
+    per_ahead = {name: [[] for _ in range(settings.ahead)] for name in heads}
+    mass: dict[str, list[torch.Tensor]] = {name: [] for name in heads}
+    for prompt, answer in zip(prompts, answers):  # the target's pass once per answer, for every head
+        scored = target_pass(target, prompt, answer)
+        for name, head in heads.items():
+            for q, (target_probs, logits) in enumerate(ahead_rows(scored, head.eval(), settings.ahead)):
+                per_ahead[name][q].append(overlap(target_probs, torch.softmax(logits, -1)))
+                if q == 0:
+                    mass[name].append(target_probs.sum(-1))
     reference = None  # the first head's engine runs: where every head is scored at the step starts
     for name, head in heads.items():
-        per_ahead, mass = [[] for _ in range(settings.ahead)], []
-        for prompt, answer in zip(prompts, answers):
-            for q, (target_probs, logits) in enumerate(ahead_rows(target, head.eval(), prompt, answer, settings.ahead)):
-                per_ahead[q].append(overlap(target_probs, torch.softmax(logits, -1)))
-                if q == 0:
-                    mass.append(target_probs.sum(-1))
-        row = {"teacher_forced": [_summary(torch.cat(values)) for values in per_ahead],
-               "target_mass_on_tokens": _summary(torch.cat(mass))}
+        row = {"teacher_forced": [_summary(torch.cat(values)) for values in per_ahead[name]],
+               "target_mass_on_tokens": _summary(torch.cat(mass[name]))}
         log(f"{name}: teacher-forced acceptance drafted 0..{settings.ahead - 1} ahead: "
             + ", ".join(f"{s['mean']:.4f} (s.e. {s['stderr']:.4f})" for s in row["teacher_forced"])
             + f"; the target's mass on its tokens {row['target_mass_on_tokens']['mean']:.4f}")
@@ -245,10 +272,10 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
                 + f"; tokens per target call {row['engine']['tokens_per_call']:.3f} ({row['engine']['steps']} steps)")
         report["drafts"][name] = row
     if engine:
-        report["step_starts"] = {"runs_of": next(iter(heads)), "drafts": {}}
-        for name, head in heads.items():
-            row = report["step_starts"]["drafts"][name] = step_start_acceptance(target, head, reference, settings.ahead)
-            log(f"{name}: at the step starts of {report['step_starts']['runs_of']}'s engine runs ({row['starts']}), "
-                f"drafted 0..{settings.ahead - 1} ahead: {row['ahead']}; expected accepted per step {row['expected_accepted']}")
+        runs_of = next(iter(heads))
+        report["step_starts"] = {"runs_of": runs_of, "drafts": step_start_acceptance(target, heads, reference, settings.ahead)}
+        for name, row in report["step_starts"]["drafts"].items():
+            log(f"{name}: at the step starts of {runs_of}'s engine runs ({row['starts']}), drafted "
+                f"0..{settings.ahead - 1} ahead: {row['ahead']}; expected accepted per step {row['expected_accepted']}")
     return report
 
