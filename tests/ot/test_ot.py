@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 import pytest
@@ -256,3 +257,9 @@ def test_conditional_rejects_impossible_tuples():
         plan.conditional([0])
     with pytest.raises(ValueError, match="lie in"):
         plan.conditional([0, 3])
+
+
+def test_max_flow_without_or_tools_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ortools.graph.python", None)  # import fails as if absent
+    with pytest.raises(ImportError, match=r"pip install 'draftverify\[ot\]'"):
+        ot.solve(*_instance(0, 6), 3, method="maxflow")

@@ -261,13 +261,14 @@ def test_enumerated_law_of_the_kernel_equals_target(name, options, length):
 # -- a batch of rows with different lengths from a known-law pair --------------------------------
 
 
-def decode_batch(name, pair, lengths, num_tokens, seed, **options) -> np.ndarray:
+def decode_batch(name, pair, lengths, num_tokens, seed, device="cpu", **options) -> np.ndarray:
     """Decode one sequence per entry of ``lengths`` (its draft length L_b, 0 allowed) together: each
-    step drafts L_b tokens for every unfinished row and verifies all rows in ONE batched call.
+    step drafts L_b tokens for every unfinished row and verifies all rows in ONE batched call, its
+    arrays and uniforms (a generator of ``device``) on ``device``.
     Returns the first ``num_tokens`` tokens of every row [R, num_tokens]."""
     vocab, order = pair.vocab_size, pair.target.order
     modulus = vocab**order
-    draft_rng, generator = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
+    draft_rng, generator = np.random.default_rng(seed), torch.Generator(device).manual_seed(seed)
     lengths = np.asarray(lengths)
     context = np.full(len(lengths), int(pair.target.context_index(np.asarray(pair.target.start))))
     out = np.full((len(lengths), num_tokens), -1)
@@ -286,16 +287,10 @@ def decode_batch(name, pair, lengths, num_tokens, seed, **options) -> np.ndarray
             contexts[:, i + 1] = (contexts[:, i] * vocab + drafted[:, i]) % modulus
         positions = np.arange(max_len + 1)
         in_draft, in_target = positions[:max_len] < length[:, None], positions <= length[:, None]
-        result = verify_batch(
-            name,
-            torch.from_numpy(drafted[in_draft]),
-            torch.from_numpy(pair.draft.table[contexts[:, :max_len][in_draft]]),
-            torch.from_numpy(pair.target.table[contexts[in_target]]),
-            torch.from_numpy(np.cumsum(length)),
-            generator=generator,
-            **options,
-        )
-        tokens, accepted = result.output_tokens.numpy(), result.num_accepted.numpy()
+        arrays = (drafted[in_draft], pair.draft.table[contexts[:, :max_len][in_draft]],
+                  pair.target.table[contexts[in_target]], np.cumsum(length))
+        result = verify_batch(name, *(torch.from_numpy(a).to(device) for a in arrays), generator=generator, **options)
+        tokens, accepted = result.output_tokens.cpu().numpy(), result.num_accepted.cpu().numpy()
         for j in range(max_len + 1):  # commit position j of every row that reached it
             committed = j <= accepted
             keep = committed & (filled[active] < num_tokens)
@@ -306,10 +301,10 @@ def decode_batch(name, pair, lengths, num_tokens, seed, **options) -> np.ndarray
     return out
 
 
-def batch_p_value(name, options, rows=24000, num_tokens=4, seed=11) -> float:
+def batch_p_value(name, options, rows=24000, num_tokens=4, seed=11, device="cpu") -> float:
     pair = random_pair(vocab_size=4, order=2, seed=seed)
     lengths = np.arange(rows) % 5  # L_b = 0, 1, 2, 3, 4 side by side in every call
-    sequences = decode_batch(name, pair, lengths, num_tokens, seed, **options)
+    sequences = decode_batch(name, pair, lengths, num_tokens, seed, device, **options)
     cells = sequences @ (pair.vocab_size ** np.arange(num_tokens - 1, -1, -1))
     counts = np.bincount(cells, minlength=pair.vocab_size**num_tokens).astype(float)
     return goodness_of_fit(counts, pair.target.law(num_tokens).ravel())[0]
@@ -331,10 +326,10 @@ def residual_is_target(target_rows, draft_rows, withheld):
     return target_rows
 
 
-@pytest.mark.parametrize(
-    "name,module,attribute,twin",
-    [("bv", block, "last_true", first_failure), ("sd", batched, "correction_weights", residual_is_target)],
-)
+BROKEN_TWINS = [("bv", block, "last_true", first_failure), ("sd", batched, "correction_weights", residual_is_target)]
+
+
+@pytest.mark.parametrize("name,module,attribute,twin", BROKEN_TWINS)
 def test_batch_test_rejects_broken_twin_kernels(monkeypatch, name, module, attribute, twin):
     monkeypatch.setattr(module, attribute, twin)
     p_value = batch_p_value(name, {})
@@ -389,7 +384,17 @@ def test_drafted_token_of_zero_draft_probability_is_rejected():
         draw_uniforms(3, 2, generator=BranchingSource())  # a batch draws its uniforms; it cannot branch
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_generator_on_another_device_than_the_probabilities_is_an_error():
+    with pytest.raises(ValueError, match="generator: on cpu, the probabilities on meta"):
+        draw_uniforms(3, 2, torch.Generator().manual_seed(0), device="meta")  # what verify_batch calls
+
+
+# -- CUDA: the kernels where the tensors live ----------------------------------------------------
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+
+
+@CUDA
 @pytest.mark.parametrize("name,options", METHODS)
 def test_cuda_kernels_match_cpu_without_host_sync(name, options):
     tokens, draft, target, cu = flat(random_rows([1, 4, 2, 8, 3] * 8, 300, torch.float32, seed=2))
@@ -403,3 +408,41 @@ def test_cuda_kernels_match_cpu_without_host_sync(name, options):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(gpu.output_tokens.cpu(), cpu.output_tokens)
+
+
+@CUDA
+@pytest.mark.parametrize("name,options", METHODS)
+def test_cuda_public_boundary_matches_cpu(name, options):
+    """The validated entry point on CUDA tensors: outputs on the device, equal to the CPU's for the
+    same uniforms; the ragged batch mixes L_b = 0 (bonus only) with longer drafts."""
+    arrays = flat(random_rows([0, 4, 1, 8, 3, 0, 2] * 4, 5, torch.float64, seed=3))
+    uniforms = draw_uniforms(arrays[0].shape[0], arrays[3].shape[0], torch.Generator().manual_seed(1))
+    cpu = verify_batch(name, *arrays, uniforms=uniforms, **options)
+    gpu = verify_batch(name, *(a.cuda() for a in arrays), uniforms=uniforms.cuda(), **options)
+    assert gpu.output_tokens.is_cuda
+    assert torch.equal(gpu.output_tokens.cpu(), cpu.output_tokens)
+    assert torch.equal(gpu.num_accepted.cpu(), cpu.num_accepted)
+
+
+@CUDA
+@pytest.mark.parametrize("name,options", SAMPLING)
+def test_cuda_batch_of_ragged_rows_decodes_the_target_law(name, options):
+    """The law test above with the arrays on CUDA and the uniforms from CUDA's generator: the one
+    part of a CUDA decoding that the bit-for-bit comparisons with the CPU do not see."""
+    p_value = batch_p_value(name, options, device="cuda")
+    assert p_value > STRICT, p_value
+
+
+@CUDA
+@pytest.mark.parametrize("name,module,attribute,twin", BROKEN_TWINS)
+def test_cuda_batch_test_rejects_broken_twin_kernels(monkeypatch, name, module, attribute, twin):
+    monkeypatch.setattr(module, attribute, twin)
+    p_value = batch_p_value(name, {}, device="cuda")
+    assert p_value < BROKEN, p_value
+
+
+@CUDA
+def test_cuda_generator_for_cpu_probabilities_is_an_error():
+    arrays = valid_inputs()
+    with pytest.raises(ValueError, match="generator: on cuda.*the probabilities on cpu"):
+        verify_batch("sd", *arrays, generator=torch.Generator("cuda").manual_seed(0))

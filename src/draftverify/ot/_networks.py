@@ -75,7 +75,10 @@ def set_masses(members: np.ndarray, draft: np.ndarray, background: float, num_dr
 
 def _max_flow(left_caps: np.ndarray, right_caps: np.ndarray, edge_left: np.ndarray, edge_right: np.ndarray) -> np.ndarray:
     """Flows on the left->right arcs of a bipartite network s -> left -> right -> t (max flow)."""
-    from ortools.graph.python import max_flow
+    try:
+        from ortools.graph.python import max_flow
+    except ModuleNotFoundError:
+        raise ImportError("the max-flow solvers need OR-Tools: pip install 'draftverify[ot]'") from None
 
     if not (left_caps.min(initial=0.0) >= 0 and right_caps.min(initial=0.0) >= 0):  # NaN fails too
         raise RuntimeError("max-flow: a capacity is negative or NaN (an internal rounding error); please report")

@@ -201,4 +201,7 @@ def draw_uniforms(
     stream the per-row verifiers would consume row after row.
     """
     check_generator(generator, branching=False)
+    if generator is not None and generator.device.type != torch.device(device).type:
+        raise ValueError(f"generator: on {generator.device}, the probabilities on {device}; "
+                         f"make it there (torch.Generator({str(torch.device(device).type)!r}))")
     return torch.rand(num_tokens + batch_size, generator=generator, dtype=torch.float64, device=device)
