@@ -34,7 +34,7 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     assert 0 < sd["engine_efficiency"] <= 1
     split = sd["step_ms"]
     assert split["draft"] + split["target"] + split["verify"] + split["other"] == pytest.approx(split["total"])
-    assert split["draft"] + split["target"] == pytest.approx(sd["engine_efficiency"] * split["total"])
+    assert rows["ar"]["step_ms"]["draft"] == 0 and rows["ar"]["target_call_ratio"] == 1.0
     assert rows["hf-generate"]["step_ms"] is None and rows["hf-generate"]["predicted_vs_ar"] is None
     assert rows["ar"]["decode_vs_ar"] == 1.0 and rows["sd"]["decode_tokens_per_second"] > 0
     assert report["goals"]["ar_vs_generate"] == rows["ar"]["tokens_per_second"] / rows["hf-generate"]["tokens_per_second"]
@@ -115,11 +115,14 @@ def test_llama_cpp_rows_when_the_package_is_there(monkeypatch, tmp_path):
     run = anchor.decode([1, 2, 3], max_new_tokens=5, temperature=0.0, seed=3)
     assert run["tokens"] == 5 and run["seconds"] > 0 and anchor.model.resets == 1 and anchor.model.seed == 3
     assert run["first_tokens"] == 1 and 0 < run["first_seconds"] <= run["seconds"]
-    first = dict(first_tokens=1, first_seconds=0.2)
-    report = speed._report({"ar": dict(tokens=5, seconds=1.0, target_calls=5, target_seconds=0.9, **first),
+    first = dict(first_tokens=1, first_seconds=0.2, first_target_calls=1, first_draft_seconds=0.0,
+                 first_verify_seconds=0.0, runs=1)
+    report = speed._report({"ar": dict(tokens=5, seconds=1.0, target_calls=5, target_seconds=0.9, first_target_seconds=0.5,
+                                       draft_calls=0, draft_seconds=0.0, first_draft_calls=0, verify_seconds=0.0,
+                                       steps=5, **first),
                             "sd": dict(tokens=5, seconds=0.5, target_calls=2, target_seconds=0.4, draft_calls=4,
                                        draft_seconds=0.05, accepted=3, steps=2, rejections=1, verify_seconds=0.01,
-                                       **first),
+                                       first_target_seconds=0.3, first_draft_calls=2, **first),
                             "hf-assisted": dict(tokens=5, seconds=2.0, target_calls=2, target_seconds=1.0),
                             "hf-generate": dict(tokens=5, seconds=2.5, target_calls=5, target_seconds=2.0),
                             "llama.cpp": dict(tokens=5, seconds=0.25, first_tokens=1, first_seconds=0.05)},
@@ -130,6 +133,11 @@ def test_llama_cpp_rows_when_the_package_is_there(monkeypatch, tmp_path):
     assert rows["sd"]["decode_vs_ar"] == pytest.approx((4 / 0.3) / (4 / 0.8))
     assert rows["llama.cpp"]["decode_tokens_per_second"] == pytest.approx(4 / 0.2)
     assert rows["hf-generate"]["decode_tokens_per_second"] is None
+    # the costs leave each run's first step (the prefill) out: ar's calls cost (0.9 - 0.5) / 4 = 0.1 s,
+    # sd's second call 0.4 - 0.3 = 0.1 s (r = 1, not (0.4 / 2) / (0.9 / 5)), its 2 later draft calls 0.025 s each
+    assert rows["sd"]["target_call_ratio"] == pytest.approx(1.0) and rows["sd"]["cost_ratio"] == pytest.approx(0.25)
+    assert rows["sd"]["step_ms"] == pytest.approx(dict(draft=50, target=100, verify=10, other=140, total=300))
+    assert rows["hf-assisted"]["target_call_ratio"] == pytest.approx((1.0 / 2) / 0.1)  # no first call recorded: all kept
     assert report["goals"]["best_exact_vs_llama_cpp"] == 0.5
 
 

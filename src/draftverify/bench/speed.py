@@ -24,7 +24,11 @@ per target call, ``t_d`` seconds per draft call (sampling included) and ``t_T`` 
 ``predicted vs ar`` is seed 002's speedup ``k(a, L) / (L c + r)`` from the measured acceptance a,
 draft cost c and target call cost r (one draft), i.e. what the i.i.d. acceptance model predicts.
 ``step_ms`` splits the mean wall time of one step into draft, target, verify and the rest
-(commit, cache crops, the prefill of the first step). Batch rows (``--batch N``): ``generate_batch``
+(commit, cache crops). The costs (``draft/target cost`` c, ``target call cost`` r against
+``ar``'s one-token call), ``step_ms`` and so ``predicted vs ar`` describe the steady decoding: each
+run's first step is left out, as decode tokens/s leaves it out (before 2026-11-27 they kept it, and
+the prompt's prefill, one call of the prompt's length, spread over fewer calls in a speculative run
+than in ``ar``, read as r = 1.14-1.18 where the calls themselves cost 1.03-1.05). Batch rows (``--batch N``): ``generate_batch``
 on the first N prompts beside N single ``generate`` calls on the same prompts, same seeds.
 With ``--draft-length auto`` our speculative rows choose each step's L from the decoding's past
 (:class:`~draftverify.engine.draft_length.AutoDraftLength`, L = 0 among its choices) and the
@@ -117,14 +121,17 @@ class SpeedSettings:
 
 @contextmanager
 def _forward_meter(module: torch.nn.Module) -> Iterator[dict[str, float]]:
-    """Count and time ``module``'s forward calls while the block runs."""
-    meter = {"calls": 0, "seconds": 0.0}
+    """Count and time ``module``'s forward calls while the block runs; ``first_seconds`` is the
+    first call's (the prompt's prefill)."""
+    meter = {"calls": 0, "seconds": 0.0, "first_seconds": 0.0}
     started: list[float] = []
     pre = module.register_forward_pre_hook(lambda *_: started.append(time.perf_counter()))
 
     def post(*_):
+        seconds = time.perf_counter() - started.pop()
         meter["calls"] += 1
-        meter["seconds"] += time.perf_counter() - started.pop()
+        meter["seconds"] += seconds
+        meter["first_seconds"] = meter["first_seconds"] or seconds
 
     hook = module.register_forward_hook(post)
     try:
@@ -160,7 +167,7 @@ def assisted(target, draft, prompt_ids: list[int], *, max_new_tokens: int, tempe
         assistant_config.update(**saved)
     return dict(tokens=out.shape[1] - len(prompt_ids), seconds=seconds, target_calls=target_meter["calls"],
                 target_seconds=target_meter["seconds"], draft_calls=draft_meter["calls"],
-                draft_seconds=draft_meter["seconds"])
+                draft_seconds=draft_meter["seconds"], **_first_calls(target=target_meter, draft=draft_meter))
 
 
 def hf_generate(target, prompt_ids: list[int], *, max_new_tokens: int, temperature: float,
@@ -178,7 +185,13 @@ def hf_generate(target, prompt_ids: list[int], *, max_new_tokens: int, temperatu
             )
         seconds = time.perf_counter() - start
     return dict(tokens=out.shape[1] - len(prompt_ids), seconds=seconds, target_calls=meter["calls"],
-                target_seconds=meter["seconds"])
+                target_seconds=meter["seconds"], **_first_calls(target=meter))
+
+
+def _first_calls(**meters: dict[str, float]) -> dict[str, float]:
+    """Each meter's first call (its prefill), under the keys :func:`_report` subtracts."""
+    return {key: value for name, meter in meters.items() if meter["calls"]
+            for key, value in ((f"first_{name}_calls", 1), (f"first_{name}_seconds", meter["first_seconds"]))}
 
 
 def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs: tuple[str, ...],
@@ -243,7 +256,10 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
                  first_tokens=first.committed,
                  first_seconds=first.draft_seconds + first.target_seconds + first.verify_seconds,
                  target_seconds=r.target_seconds, draft_calls=r.draft_calls, draft_seconds=r.draft_seconds,
-                 accepted=r.accepted, steps=len(r.steps), rejections=r.rejections, verify_seconds=r.verify_seconds)
+                 accepted=r.accepted, steps=len(r.steps), rejections=r.rejections, verify_seconds=r.verify_seconds,
+                 first_target_calls=first.target_calls, first_target_seconds=first.target_seconds,
+                 first_draft_calls=first.draft_calls, first_draft_seconds=first.draft_seconds,
+                 first_verify_seconds=first.verify_seconds, runs=1)
         _add(totals, ASSISTED, **assisted(target, assistant, prompt_ids, seed=args.seed + i, **settings))
         _add(totals, GENERATE, **hf_generate(target, prompt_ids, seed=args.seed + i, **plain))
         for name, temperature in anchors.items():
@@ -312,11 +328,32 @@ def _add(totals: dict, name: str, **values: float) -> None:
         bucket[key] = bucket.get(key, 0) + value
 
 
+def _per_call(t: dict, kind: str) -> float:
+    """Seconds per ``kind`` ("target" or "draft") call of the steady decoding: each run's first
+    step (the prompt's prefill, and a feature draft's first pass over the prompt) left out, as
+    decode tokens/s leaves it out; a method that made no other call keeps its first one."""
+    calls = t[f"{kind}_calls"] - t.get(f"first_{kind}_calls", 0)
+    if calls <= 0:
+        return t[f"{kind}_seconds"] / t[f"{kind}_calls"]
+    return (t[f"{kind}_seconds"] - t.get(f"first_{kind}_seconds", 0.0)) / calls
+
+
+def _step_ms(t: dict) -> dict[str, float]:
+    """Mean milliseconds per step of the steady decoding (every run's first step left out), split
+    into draft, target, verify and the rest (commit, cache crops, the engine's bookkeeping)."""
+    steps = t["steps"] - t["runs"]
+    if steps <= 0:
+        return {}
+    parts = {kind: 1e3 * (t[f"{kind}_seconds"] - t[f"first_{kind}_seconds"]) / steps for kind in ("draft", "target", "verify")}
+    total = 1e3 * (t["seconds"] - t["first_seconds"]) / steps
+    return {**parts, "other": total - sum(parts.values()), "total": total}
+
+
 def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
     ar = totals[AR]
     ar_speed = ar["tokens"] / ar["seconds"]
     ar_decode = (ar["tokens"] - ar["first_tokens"]) / (ar["seconds"] - ar["first_seconds"])
-    target_call = ar["target_seconds"] / ar["target_calls"]
+    target_call = _per_call(ar, "target")
     rows, fixed = [], args.draft_length != AUTO  # auto: no one L for the assisted acceptance and the prediction
     for name, t in totals.items():
         speed = t["tokens"] / t["seconds"]
@@ -333,8 +370,8 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         else:
             # pooled over verified tokens (seed 002), over every step of every prompt
             acceptance = pooled_acceptance(t["accepted"], t.get("rejections", 0)) if t.get("draft_calls") else None
-        cost = (t["draft_seconds"] / t["draft_calls"]) / target_call if t.get("draft_calls") else None
-        call_ratio = (t["target_seconds"] / t["target_calls"]) / target_call
+        cost = _per_call(t, "draft") / target_call if t.get("draft_calls") else None
+        call_ratio = _per_call(t, "target") / target_call
         predicted = None
         if cost is not None and acceptance is not None and name != ASSISTED and fixed:
             # seed 002's S = k / (1 + L rho) with the call priced at r: k / (L c + r) = S(a, c / r, L) / r
@@ -347,11 +384,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
             decode_vs_ar=None if decode is None else decode / ar_decode, acceptance=acceptance, tokens_per_target_call=per_call,
             cost_ratio=cost, target_call_ratio=call_ratio, predicted_vs_ar=predicted,
             engine_efficiency=model_seconds / t["seconds"],
-            step_ms=None if not steps else {
-                "draft": 1e3 * t["draft_seconds"] / steps, "target": 1e3 * t["target_seconds"] / steps,
-                "verify": 1e3 * t["verify_seconds"] / steps,
-                "other": 1e3 * (t["seconds"] - model_seconds - t["verify_seconds"]) / steps,
-                "total": 1e3 * t["seconds"] / steps},
+            step_ms=None if not steps else _step_ms(t),
         ))
     ours = [r for r in rows if r["method"] not in (AR, ASSISTED, GENERATE, LLAMA_CPP, LLAMA_CPP_GREEDY)]
     best = max(ours, key=lambda r: r["tokens_per_second"])
