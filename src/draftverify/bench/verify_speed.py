@@ -13,8 +13,10 @@ straightforward per-position numpy implementation of token-level speculative sam
 
 Inputs: random float32 draft/target distributions shaped like an LM's (softmax of heavy-tailed
 logits, target and draft correlated) and a drafted block sampled from the draft. Batched kernels are
-also timed on CUDA when ``torch.cuda.is_available()`` (synchronised around each call); otherwise the
-CUDA columns are null and the table says so.
+also timed on CUDA when ``torch.cuda.is_available()`` (synchronised around each call), through
+``verify_batch`` and captured in a CUDA graph (:class:`~draftverify.verify.graphs.GraphedKernel`,
+each call drawing its uniforms on the device first); otherwise the CUDA columns are null and the
+table says so.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import torch
 
 from ..tables import table
 from ..verify import get_verifier, verifiers
+from ..verify.batched import draw_uniforms
+from ..verify.graphs import GraphedKernel
 from .output import emit_json
 from .progress import track
 
@@ -119,6 +123,20 @@ def _batched_call(name: str, arrays, max_len: int, validate: bool, device: str) 
     return lambda: verifier.verify_batch(tokens, draft, target, cu, generator=generator, max_draft_len=max_len)
 
 
+def _graphed_call(name: str, arrays, max_len: int) -> Callable[[], object]:
+    """The batched kernel captured in a CUDA graph (:class:`~draftverify.verify.graphs.GraphedKernel`),
+    each call drawing its uniforms on the device first, as a serving step would."""
+    tokens, draft, target, cu = (a.to("cuda") for a in arrays)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    verifier = get_verifier(name, validate=False, **({"fraction": 0.5} if name == "submaximal" else {}))
+
+    def uniforms():
+        return None if verifier.deterministic else draw_uniforms(tokens.shape[0], cu.shape[0], generator, "cuda")
+
+    graphed = GraphedKernel(verifier, tokens, draft, target, cu, uniforms(), max_len)
+    return lambda: graphed(tokens, draft, target, cu, uniforms())
+
+
 def latency_rows(args: VerifySpeedSettings, names: list[str], cuda: bool, progress: Progress | None = None) -> list[dict]:
     rows = []
     cells = list(itertools.product(args.vocab, args.draft_length))
@@ -143,6 +161,8 @@ def latency_rows(args: VerifySpeedSettings, names: list[str], cuda: bool, progre
             if cuda:
                 call = _batched_call(name, flat_batch([pair]), length, False, "cuda")
                 timings[f"batched_{name}_cuda_novalidate"] = _median_us(call, args.repeats, cuda=True)
+                call = _graphed_call(name, flat_batch([pair]), length)
+                timings[f"batched_{name}_cuda_graph"] = _median_us(call, args.repeats, cuda=True)
         for key, value in timings.items():
             row[f"{key}_us"] = round(value, 1)
             row[f"{key}_speedup_vs_numpy"] = round(baseline / value, 2)
@@ -170,6 +190,7 @@ def throughput_rows(args: VerifySpeedSettings, cuda: bool, progress: Progress | 
             if cuda:
                 call = _batched_call(name, arrays, length, False, "cuda")
                 timings[f"batched_{name}_cuda"] = _median_us(call, args.repeats, cuda=True)
+                timings[f"batched_{name}_cuda_graph"] = _median_us(_graphed_call(name, arrays, length), args.repeats, cuda=True)
         row = {"batch": batch, "vocab": vocab, "draft_length": length}
         row.update({f"{key}_rows_per_s": round(batch / (us * 1e-6), 1) for key, us in timings.items()})
         rows.append(row)
@@ -202,8 +223,9 @@ def _print_tables(report: dict, names: list[str]) -> None:
     print(_latency_table(["V", "L", "numpy sd loop"] + [f"batched {n}" for n in batched], report["rows"], batched, "batched_"))
     if cuda:
         print(f"\nbatched kernels on CUDA ({report['cuda']}), validate=False: microseconds per call")
-        print(table(["V", "L"] + [f"{n} cuda" for n in batched],
-                    [[str(row["vocab"]), str(row["draft_length"])] + [f'{row[f"batched_{n}_cuda_novalidate_us"]:.0f}' for n in batched]
+        print(table(["V", "L"] + [f"{n} cuda / graph" for n in batched],
+                    [[str(row["vocab"]), str(row["draft_length"])] + [
+                        f'{row[f"batched_{n}_cuda_novalidate_us"]:.0f} / {row[f"batched_{n}_cuda_graph_us"]:.0f}' for n in batched]
                      for row in report["rows"]]))
     else:
         print("\nCUDA: not available on this machine, CUDA columns skipped")
