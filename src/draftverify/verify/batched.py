@@ -198,7 +198,8 @@ def draw_uniforms(
 
     Float64 because a float32 uniform can be exactly 0 and accept a zero-probability event. On a
     CPU generator one draw of n values equals consecutive draws of their parts, so this is the
-    stream the per-row verifiers would consume row after row.
+    stream the per-row verifiers would consume row after row. A generator must live on ``device``
+    (``torch.Generator("cuda")`` for CUDA probabilities): another is a ``ValueError``.
     """
     check_generator(generator, branching=False)
     if generator is not None and generator.device.type != torch.device(device).type:
