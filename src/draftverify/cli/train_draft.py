@@ -40,7 +40,7 @@ def train_draft(
                                                show_default="1")] = None,
     seed: Annotated[int | None, typer.Option(min=0, help="The training's batch order and noise (--kind feature).",
                                              show_default="0")] = None,
-    calibration: Annotated[int | None, typer.Option(min=0, max=32, help="Held-out chat prompts the output temperature is "
+    calibration: Annotated[int | None, typer.Option(min=0, help="Held-out chat prompts the output temperature is "
                                                     "fitted on after training; 0: none (--kind feature).",
                                                     show_default="32")] = None,
 ) -> int:

@@ -41,8 +41,11 @@ import torch.nn.functional as F
 from ..models.feature_draft import FeatureHead
 from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
-__all__ = ["FeatureDraftConfig", "draft_ahead_mask", "draft_passes", "extract_features", "frequent_tokens",
+__all__ = ["CALIBRATION", "FeatureDraftConfig", "draft_ahead_mask", "draft_passes", "extract_features", "frequent_tokens",
            "load_feature_rows", "train_feature_head", "write_features"]
+
+
+CALIBRATION = slice(64, 96)  # the held-out chat prompts a draft is calibrated on; an evaluation reads at most the first 64
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,8 @@ class FeatureDraftConfig:
     def __post_init__(self) -> None:
         if min(self.vocab, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 or not self.lr > 0:
             raise ValueError("vocab, batch_size, steps, checkpoint_every, unroll and lr must be positive")
-        if not 0 <= self.calibration <= 32:
-            raise ValueError(f"calibration: 0 to 32 prompts, got {self.calibration}")
+        if not 0 <= self.calibration <= CALIBRATION.stop - CALIBRATION.start:
+            raise ValueError(f"calibration: 0 to {CALIBRATION.stop - CALIBRATION.start} prompts, got {self.calibration}")
 
 
 @torch.no_grad()

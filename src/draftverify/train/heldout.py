@@ -40,15 +40,14 @@ from ..engine.generate import generate
 from ..formulas import overlap
 from ..models.chat import encode_prompt
 from ..models.feature_draft import FeatureDraft, FeatureHead
-from .feature_draft import draft_passes
+from .feature_draft import CALIBRATION, draft_passes
 from .measure import humaneval_prompts
 from .teacher import chat_prompts
 
-__all__ = ["CALIBRATION", "TEMPERATURES", "HeldoutSettings", "TargetPass", "ahead_acceptance", "ahead_rows", "calibration_prompts",
+__all__ = ["TEMPERATURES", "HeldoutSettings", "TargetPass", "ahead_acceptance", "ahead_rows", "calibration_prompts",
            "engine_acceptance", "engine_runs", "evaluate_drafts", "fit_temperature", "heldout_prompts", "sample_answers",
            "set_output_temperature", "step_start_acceptance", "step_starts", "target_pass"]
 
-CALIBRATION = slice(64, 96)  # held-out chat prompts an evaluation (at most the first 64) never reads
 TEMPERATURES = tuple(round(0.6 + 0.05 * i, 2) for i in range(13))  # 0.6, 0.65, ..., 1.2
 
 
