@@ -28,8 +28,9 @@ draft cost c and target call cost r (one draft), i.e. what the i.i.d. acceptance
 ``ar``'s one-token call), ``step_ms`` and so ``predicted vs ar`` describe the steady decoding: each
 run's first step is left out, as decode tokens/s leaves it out (before 2026-11-27 they kept it, and
 the prompt's prefill, one call of the prompt's length, spread over fewer calls in a speculative run
-than in ``ar``, read as r = 1.14-1.18 where the calls themselves cost 1.03-1.05). Batch rows (``--batch N``): ``generate_batch``
-on the first N prompts beside N single ``generate`` calls on the same prompts, same seeds.
+than in ``ar``, read as r = 1.14-1.18 where the calls themselves cost 1.03-1.05).
+Batch rows (``--batch N``): ``generate_batch`` on the first N prompts beside N single ``generate``
+calls on the same prompts, same seeds.
 With ``--draft-length auto`` our speculative rows choose each step's L from the decoding's past
 (:class:`~draftverify.engine.draft_length.AutoDraftLength`, L = 0 among its choices) and the
 assisted row runs transformers' own dynamic schedule (``"heuristic"``, from L = 4); acceptance
