@@ -115,11 +115,15 @@ def batched_names() -> list[str]:
     return [info.name for info in verifiers() if info.batched]
 
 
+def _batched_verifier(name: str, validate: bool):
+    """Verifier ``name`` as the batched rows time it (``submaximal`` withholding half the overlap)."""
+    return get_verifier(name, validate=validate, **({"fraction": 0.5} if name == "submaximal" else {}))
+
+
 def _batched_call(name: str, arrays, max_len: int, validate: bool, device: str) -> Callable[[], object]:
     tokens, draft, target, cu = (a.to(device) for a in arrays)
     generator = torch.Generator(device=device).manual_seed(0)
-    options = {"fraction": 0.5} if name == "submaximal" else {}
-    verifier = get_verifier(name, validate=validate, **options)
+    verifier = _batched_verifier(name, validate)
     return lambda: verifier.verify_batch(tokens, draft, target, cu, generator=generator, max_draft_len=max_len)
 
 
@@ -128,7 +132,7 @@ def _graphed_call(name: str, arrays, max_len: int) -> Callable[[], object]:
     each call drawing its uniforms on the device first, as a serving step would."""
     tokens, draft, target, cu = (a.to("cuda") for a in arrays)
     generator = torch.Generator(device="cuda").manual_seed(0)
-    verifier = get_verifier(name, validate=False, **({"fraction": 0.5} if name == "submaximal" else {}))
+    verifier = _batched_verifier(name, False)
 
     def uniforms():
         return None if verifier.deterministic else draw_uniforms(tokens.shape[0], cu.shape[0], generator, "cuda")
