@@ -138,8 +138,12 @@ def ahead_acceptance(target: Any, head: FeatureHead, prompt: Sequence[int], answ
                      ahead: int) -> list[torch.Tensor]:
     """Per answer position, ``sum_x min(T(x), D(x))`` with the draft drafting q = 0..ahead-1
     positions ahead: tensor q over the positions :func:`ahead_rows` gives."""
-    rows = ahead_rows(target_pass(target, prompt, answer), head, ahead)
-    return [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in rows]
+    return _overlaps(target_pass(target, prompt, answer), head, ahead)
+
+
+def _overlaps(scored: TargetPass, head: FeatureHead, ahead: int) -> list[torch.Tensor]:
+    """:func:`ahead_acceptance` on a target pass already made (one pass serves every head)."""
+    return [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in ahead_rows(scored, head, ahead)]
 
 
 def fit_temperature(target: Any, head: FeatureHead, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],
@@ -214,7 +218,7 @@ def step_start_acceptance(target: Any, heads: dict[str, FeatureHead], runs: Sequ
     for result in runs:
         scored, starts = target_pass(target, result.prompt_ids, result.tokens), step_starts(result)
         for name, head in heads.items():
-            values = [overlap(target_probs, torch.softmax(logits, -1)) for target_probs, logits in ahead_rows(scored, head, ahead)]
+            values = _overlaps(scored, head, ahead)
             for start in starts:
                 index = start - scored.first  # position start + q is row q's index start - first
                 got = [float(values[q][index]) for q in range(ahead) if index < len(values[q])]
