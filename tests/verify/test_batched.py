@@ -310,9 +310,15 @@ def batch_p_value(name, options, rows=24000, num_tokens=4, seed=11, device="cpu"
     return goodness_of_fit(counts, pair.target.law(num_tokens).ravel())[0]
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]  # on CUDA the uniforms come from CUDA's generator:
+# the one part of a CUDA decoding that the bit-for-bit comparisons with the CPU below do not see
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,options", SAMPLING)
-def test_batch_of_ragged_rows_decodes_the_target_law(name, options):
-    p_value = batch_p_value(name, options)
+def test_batch_of_ragged_rows_decodes_the_target_law(name, options, device):
+    p_value = batch_p_value(name, options, device=device)
     assert p_value > STRICT, p_value
 
 
@@ -326,13 +332,14 @@ def residual_is_target(target_rows, draft_rows, withheld):
     return target_rows
 
 
-BROKEN_TWINS = [("bv", block, "last_true", first_failure), ("sd", batched, "correction_weights", residual_is_target)]
-
-
-@pytest.mark.parametrize("name,module,attribute,twin", BROKEN_TWINS)
-def test_batch_test_rejects_broken_twin_kernels(monkeypatch, name, module, attribute, twin):
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "name,module,attribute,twin",
+    [("bv", block, "last_true", first_failure), ("sd", batched, "correction_weights", residual_is_target)],
+)
+def test_batch_test_rejects_broken_twin_kernels(monkeypatch, name, module, attribute, twin, device):
     monkeypatch.setattr(module, attribute, twin)
-    p_value = batch_p_value(name, {})
+    p_value = batch_p_value(name, {}, device=device)
     assert p_value < BROKEN, p_value
     law = exact_sequence_law(KernelAsVerifier(name), PAIR, draft_length=2, num_tokens=3)
     assert np.abs(law - TARGET_LAW).sum() > 1e-3  # the enumeration exposes the twin too
@@ -391,8 +398,6 @@ def test_generator_on_another_device_than_the_probabilities_is_an_error():
 
 # -- CUDA: the kernels where the tensors live ----------------------------------------------------
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
-
 
 @CUDA
 @pytest.mark.parametrize("name,options", METHODS)
@@ -422,23 +427,6 @@ def test_cuda_public_boundary_matches_cpu(name, options):
     assert gpu.output_tokens.is_cuda
     assert torch.equal(gpu.output_tokens.cpu(), cpu.output_tokens)
     assert torch.equal(gpu.num_accepted.cpu(), cpu.num_accepted)
-
-
-@CUDA
-@pytest.mark.parametrize("name,options", SAMPLING)
-def test_cuda_batch_of_ragged_rows_decodes_the_target_law(name, options):
-    """The law test above with the arrays on CUDA and the uniforms from CUDA's generator: the one
-    part of a CUDA decoding that the bit-for-bit comparisons with the CPU do not see."""
-    p_value = batch_p_value(name, options, device="cuda")
-    assert p_value > STRICT, p_value
-
-
-@CUDA
-@pytest.mark.parametrize("name,module,attribute,twin", BROKEN_TWINS)
-def test_cuda_batch_test_rejects_broken_twin_kernels(monkeypatch, name, module, attribute, twin):
-    monkeypatch.setattr(module, attribute, twin)
-    p_value = batch_p_value(name, {}, device="cuda")
-    assert p_value < BROKEN, p_value
 
 
 @CUDA
