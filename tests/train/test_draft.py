@@ -183,3 +183,19 @@ def test_the_draft_starts_from_the_target_embedding():
 def test_heldout_prompts_are_not_training_prompts():
     train, heldout = set(chat_prompts("train")), set(chat_prompts("heldout"))
     assert train and heldout and not train & heldout
+
+
+def test_prompts_of_other_sources_leave_out_the_stdlib_heldout_functions(tmp_path):
+    from draftverify.train.corpus import split_corpus
+    from draftverify.train.teacher import _documented_functions
+
+    stdlib = split_corpus()
+    vendored = next(f for text in stdlib.read(stdlib.heldout) for f in _documented_functions(text))
+    own = 'def scale(x, factor=2):\n    """Multiply x by factor."""\n    return x * factor'
+    package = tmp_path / "pkg"
+    package.mkdir()
+    for i in range(40):  # enough files that both sides of the split by file hold some
+        (package / f"m{i}.py").write_text(own.replace("scale", f"scale{i}") + "\n\n\n" + vendored["source"] + "\n")
+    prompts = chat_prompts("train", seed=3, root=package) + chat_prompts("heldout", seed=3, root=package)
+    assert len(prompts) == 40 and all("scale" in p for p in prompts)  # each file's own function, no vendored copy
+    assert not any(vendored["source"] in p or f"`{vendored['name']}(" in p for p in prompts)

@@ -48,35 +48,48 @@ class TeacherConfig:
     seed: int = 0
 
 
-def chat_prompts(split: str = "train", seed: int = 0) -> list[str]:
-    """User messages built from the standard library's documented functions, shuffled by ``seed``;
-    ``split`` is ``"train"`` or ``"heldout"`` (by file, as the corpus split; a held-out message that
-    is also a training message, a function copied between files, is dropped)."""
-    corpus = split_corpus()
-    names = corpus.train if split == "train" else corpus.heldout
+def chat_prompts(split: str = "train", seed: int = 0, root: Path | None = None) -> list[str]:
+    """User messages built from the documented functions of the standard library (or of the Python
+    sources under ``root``: installed packages), shuffled by ``seed``; ``split`` is ``"train"`` or
+    ``"heldout"`` (by file, as the corpus split; a held-out message that is also a training message, a
+    function copied between files, is dropped). A function of another ``root`` whose source is also
+    in the standard library's held-out split (a vendored copy) is dropped, so that no held-out
+    evaluation prompt is trained on."""
+    corpus = split_corpus(root)
+    functions = [f for text in corpus.read(corpus.train if split == "train" else corpus.heldout)
+                 for f in _documented_functions(text)]
+    if root is not None:
+        stdlib = split_corpus()
+        heldout = {f["source"] for text in stdlib.read(stdlib.heldout) for f in _documented_functions(text)}
+        functions = [f for f in functions if f["source"] not in heldout]
     rng = random.Random(seed)
-    prompts = []
-    for text in corpus.read(names):
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        lines = text.splitlines()
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
-                continue
-            doc = ast.get_docstring(node)
-            if not doc or node.end_lineno - node.lineno > 14:
-                continue
-            source = "\n".join(lines[node.lineno - 1: node.end_lineno])
-            first = doc.strip().split("\n\n")[0].replace("\n", " ")
-            task = rng.choice(_TASKS)
-            prompts.append(task.format(name=node.name, args=ast.unparse(node.args), doc=first, source=source))
+    prompts = [rng.choice(_TASKS).format(**f) for f in functions]
     rng.shuffle(prompts)
     if split != "train":
-        seen = set(chat_prompts("train", seed))
+        seen = set(chat_prompts("train", seed, root))
         prompts = [p for p in prompts if p not in seen]
     return prompts
+
+
+def _documented_functions(text: str) -> list[dict[str, str]]:
+    """The public functions of a source file with a docstring and at most 15 lines, in ``ast.walk``
+    order: name, arguments, the docstring's first paragraph on one line, source."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    lines = text.splitlines()
+    functions = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node)
+        if not doc or node.end_lineno - node.lineno > 14:
+            continue
+        functions.append(dict(name=node.name, args=ast.unparse(node.args),
+                              doc=doc.strip().split("\n\n")[0].replace("\n", " "),
+                              source="\n".join(lines[node.lineno - 1: node.end_lineno])))
+    return functions
 
 
 @dataclass(frozen=True)
