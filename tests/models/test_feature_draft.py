@@ -209,3 +209,56 @@ def test_the_engine_refuses_a_verifier_exact_only_for_a_prefix_draft(method, num
     assert draft.depth_dependent
     with pytest.raises(ValueError, match=f"method '{method}'.*depth within a step"):
         generate_batch(target, draft, [[1]], method, num_drafts=num_drafts, draft_length=2, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("method,num_drafts,temperature", [("sd", None, 1.0), ("bv", None, 0.7), ("kseq", 2, 1.0)])
+def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_drafts, temperature, monkeypatch):
+    """csrc/feature_draft.cpp against the decoder's loop over draft.forward: the same drafted tokens
+    and laws bit for bit, step after step, and the caches left alike."""
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, quantize="int8")
+    assert draft.compiled_block is not None
+    compiled_calls, runs = [], []
+    sample_block, draft_block = FeatureDraft.sample_block, Decoder.draft_block
+
+    def counted(self, *args):
+        block = sample_block(self, *args)
+        compiled_calls.append(block is not None)
+        return block
+
+    for compiled in (True, False):
+        monkeypatch.setattr(FeatureDraft, "sample_block", counted if compiled else lambda self, *args: None)
+        blocks = []
+        monkeypatch.setattr(Decoder, "draft_block",
+                            lambda self, *args: blocks.append(draft_block(self, *args)) or blocks[-1])
+        decoder = Decoder(target, draft, [[1, 4, 2, 9]], DecodeConfig(method, num_drafts=num_drafts, draft_length=3,
+                                                                       temperature=temperature, max_new_tokens=40))
+        while not decoder.done:
+            decoder.step()
+            decoder.check_caches()
+        backend = decoder.draft_cache.backend
+        runs.append((decoder.generated(0), blocks, backend.exact, backend.last_position, backend.last))
+    assert compiled_calls and all(compiled_calls)
+    (tokens, blocks, exact, last_position, last), (tokens_loop, blocks_loop, *rest) = runs
+    assert tokens == tokens_loop and len(blocks) == len(blocks_loop) > 5
+    for (drafted, laws), (drafted_loop, laws_loop) in zip(blocks, blocks_loop):
+        assert torch.equal(drafted, drafted_loop) and torch.equal(laws, laws_loop)
+    assert [exact, last_position] == rest[:2] and torch.equal(last, rest[2])
+
+
+def test_the_compiled_block_is_left_out_where_rows_are_padded_or_a_hook_reads_the_output_layer():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    prompts, valid = torch.tensor([[0, 0, 1], [2, 0, 5]]), torch.tensor([[False, False, True], [True, True, True]])
+    target_cache = target.new_cache(2)
+    target.forward(target_cache, prompts, valid)
+    ragged = draft.new_cache(2, target_cache)
+    draft.forward(ragged, prompts, valid)
+    assert ragged.holes and draft.sample_block(ragged, torch.tensor([[3], [4]]), 2, 1.0, None) is None
+    plain = Decoder(target, draft, [[1, 2]], DecodeConfig("sd", draft_length=2, max_new_tokens=4))
+    handle = draft.get_output_embeddings().register_forward_hook(lambda *args: None)
+    chunk, _ = plain.pending(plain.draft_cache)
+    try:
+        assert draft.sample_block(plain.draft_cache, chunk, 2, 1.0, None) is None
+    finally:
+        handle.remove()
+    assert plain.draft_cache.held == [0]  # untouched
+    assert draft.sample_block(plain.draft_cache, chunk, 2, 1.0, None) is not None

@@ -190,7 +190,14 @@ class Decoder:
 
     def draft_block(self, chunk: torch.Tensor, valid: torch.Tensor | None, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``length`` drafted tokens per row of ``chunk`` [N, m]: tokens [N, L] and their warped
-        draft laws [N, L, V] (x_L itself is never fed to the draft)."""
+        draft laws [N, L, V] (x_L itself is never fed to the draft). A draft with a compiled block
+        (:meth:`~draftverify.models.base.LanguageModel.sample_block`) draws the same in one call where
+        the warping is a temperature alone and no row is padded."""
+        config = self.config
+        if valid is None and config.top_k is None and config.top_p is None and config.temperature > 0:
+            block = self.draft.sample_block(self.draft_cache, chunk, length, config.temperature, self.generator)
+            if block is not None:
+                return block
         positions = list(itertools.islice(self.draft_positions(chunk, valid), length))
         return torch.stack([x for _, x, _ in positions], 1), torch.stack([probs for probs, _, _ in positions], 1)
 

@@ -22,11 +22,17 @@ features are dropped at the next crop (EAGLE recomputes them from the target's f
 target has scored those positions): the draft's cache holds only positions computed from the target.
 At the first step the target has not yet seen the prompt; the draft then reads zero features and
 recomputes the prompt at the next step.
+
+A decoding step's L forwards and draws run in one compiled call where they can
+(:meth:`FeatureDraft.sample_block`, ``csrc/feature_draft.cpp``): bit for bit the loop's, without
+its ~0.25 ms of Python and small operations a position (SmolLM2's draft: 2.86 -> 2.12 ms a step of
+L = 3, as much as a fifth of a GGUF target's call; docs/results/speed_smollm2.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +44,7 @@ from torch import nn
 from .base import Cache, LanguageModel
 from .gpt2 import Linear, output_logits
 from .hf import TransformersModel
-from .llama import compiled_layers, layer_weights, llama_layers
+from .llama import compiled_layers, compiled_products, layer_weights, llama_layers
 from .masks import causal_mask, slot_mask
 from .static_cache import StaticKV
 
@@ -124,6 +130,19 @@ class FeatureHead(nn.Module):
         return head.eval()
 
 
+def _count_exact(cache: Cache, exact: torch.Tensor, valid: torch.Tensor | None, size: int) -> None:
+    """After a forward of ``size`` positions (``valid`` [B, S] or None) whose features came from
+    the target where ``exact`` [B, S]: extend each row's leading slots computed from the target's
+    features (``cache.backend.exact``) by the forward's, if the row's slots were all such before."""
+    fresh = (exact if valid is None else valid & exact).sum(1).tolist()  # new slots from the target's features
+    counts = [size] * len(fresh) if valid is None else valid.sum(1).tolist()
+    backend = cache.backend
+    for b, (new, count) in enumerate(zip(fresh, counts)):
+        before = cache.held[b] - count
+        if backend.exact[b] == before:
+            backend.exact[b] = before + new
+
+
 @dataclass(frozen=True)
 class _Layer:
     """What :func:`~.llama.llama_layers` reads for the draft's one layer."""
@@ -177,6 +196,11 @@ class FeatureDraft(LanguageModel):
         self.support = head.vocab
         self.norm_weight, self.norm_eps = head.norm.weight.detach(), head.norm.variance_epsilon
         self.norm_shape = (config.hidden_size,)
+        products = compiled_products([self.fc, *layers[0][1:3], *layers[0][4:6], self.output])
+        norms = (layers[0][0], layers[0][3])
+        self.compiled_block = None if self.layer.compiled is None or products is None else (
+            [norms[0].weight, norms[1].weight, self.norm_weight],
+            [norms[0].variance_epsilon, norms[1].variance_epsilon, self.norm_eps], *products)  # csrc/feature_draft.cpp
 
     @classmethod
     def from_folder(cls, folder: str | Path, target: TransformersModel, **options: Any) -> FeatureDraft:
@@ -260,14 +284,41 @@ class FeatureDraft(LanguageModel):
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
             subset = output_logits(self.output, self.head_module.head, hidden[:, -num_logits:]).view(rows * num_logits, -1)  # [B n, N]
-        fresh = (exact if valid is None else valid & exact).sum(1).tolist()  # leading new slots computed from the target's features
-        counts = [size] * rows if valid is None else valid.sum(1).tolist()
-        for b in range(rows):
-            new = cache.held[b] - counts[b]
-            if backend.exact[b] == new:
-                backend.exact[b] = new + fresh[b]
+        _count_exact(cache, exact, valid, size)
         backend.last_position = positions[:, -1].tolist()
         return subset.view(rows, num_logits, -1)  # over the support: zero draft probability outside it
+
+    def sample_block(self, cache: Cache, tokens: torch.Tensor, length: int, temperature: float,
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """:meth:`LanguageModel.sample_block` in one compiled call (``csrc/feature_draft.cpp``: the
+        forwards of :meth:`_forward`, the draws of the decoder's loop, the same kernels in the same
+        order), where the products and the layer run compiled, no row is padded, the block fits the
+        context and no hook watches the output layer (SPRINTER's tap reads it); else None. The
+        drafted positions read the draft's own features (their previous positions are beyond what
+        the target has scored), so only the chunk's count towards ``exact``."""
+        rows, size = tokens.shape
+        fed = size + length - 1  # the chunk, then every drafted token but the last
+        head = self.head_module.head
+        if self.compiled_block is None or cache.holes or rows != cache.batch_size or head._forward_hooks \
+                or head._forward_pre_hooks or max(cache.held) + fed > (self.max_length or math.inf):
+            return None
+        backend, kv, start = cache.backend, cache.backend.kv, cache.width
+        cache.append(tokens, None, [size] * rows)
+        positions = torch.arange(start, start + fed).expand(rows, fed)  # [B, m + L - 1]
+        with torch.inference_mode():
+            features, exact = self._features(cache, positions[:, :size])  # [B, m, E], [B, m]
+            cos, sin = self.layer.rotary(features, positions)  # [B, m + L - 1, D] each
+            mask = causal_mask(size, cache.width) if size > 1 else None
+            kv.reserve(fed)
+            drafted, laws, last = torch.ops.draftverify.feature_draft_block(
+                tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], mask, kv.keys, kv.values,
+                kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block, length,
+                temperature, generator)  # [B, L], [B, L, N], [B, E]
+            kv.advance(fed)
+        _count_exact(cache, exact, None, size)
+        cache.append(drafted[:, :-1], None, [length - 1] * rows)
+        backend.last, backend.last_position = last, [start + fed - 1] * rows
+        return drafted, laws.new_zeros((rows, length, self.vocab_size)).index_copy_(2, self.support, laws)
 
     def get_output_embeddings(self) -> nn.Linear:
         """The output layer over the subset (what :class:`~.hidden.HiddenStateTap` hooks: with a hook on

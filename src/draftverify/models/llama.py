@@ -22,7 +22,8 @@ from .ggml_blocks import BlockLinear
 from .panel_mm import ISAS, PanelLinear
 from .static_cache import StaticKV
 
-__all__ = ["LlamaWeights", "compiled_layers", "is_lean_llama", "llama_forward", "llama_layers", "layer_weights"]
+__all__ = ["LlamaWeights", "compiled_layers", "compiled_products", "is_lean_llama", "llama_forward", "llama_layers",
+           "layer_weights"]
 
 
 def is_lean_llama(model: Any) -> bool:
@@ -99,33 +100,38 @@ def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = 
 
 def compiled_layers(layers: tuple[tuple[Any, ...], ...], head_dim: int) -> tuple[list[Any], ...] | None:
     """The layers (tuples of :func:`layer_weights`) as ``csrc/llama_layers.cpp`` takes them: norm
-    weights and epsilons, then per product its kind (0 / 1: the panel kernel in AVX2 / AVX-512, 2:
-    GGUF blocks, 3: GGUF blocks times 8-bit activations), weights, scales, offsets, bias and output size; None if a product runs torch's
-    kernels (no compiled kernel here) or the head size is not a multiple of 8 (the compiled
-    attention's vectors), so the loop stays in Python."""
+    weights and epsilons, then the products as :func:`compiled_products` lists them; None if a
+    product runs torch's kernels (no compiled kernel here) or the head size is not a multiple of 8
+    (the compiled attention's vectors), so the loop stays in Python."""
     if head_dim % 8:
         return None
-    norms, eps, kind, weights, scales, offsets, biases, outputs = ([] for _ in range(8))
-    for norm1, qkv, o_proj, norm2, gate_up, down in layers:
-        norms += [norm1.weight, norm2.weight]
-        eps += [norm1.variance_epsilon, norm2.variance_epsilon]
-        for product in (qkv, o_proj, gate_up, down):
-            if isinstance(product, BlockLinear) and not product.compiled:
-                return None
-            if isinstance(product, BlockLinear):
-                kind.append(2 if product.activations == "float32" else 3)
-                weights.append(product.codes)
-                offsets.append(product.offsets)
-            elif isinstance(product, PanelLinear):
-                kind.append(ISAS.index(product.isa))
-                weights.append(product.panels)
-                offsets.append(None)
-            else:
-                return None
-            scales.append(product.scales)
-            biases.append(product.bias)
-            outputs.append(product.out_features)
-    return norms, eps, kind, weights, scales, offsets, biases, outputs
+    products = compiled_products([product for layer in layers for product in (layer[1], layer[2], layer[4], layer[5])])
+    if products is None:
+        return None
+    norms = [norm for layer in layers for norm in (layer[0], layer[3])]
+    return [norm.weight for norm in norms], [norm.variance_epsilon for norm in norms], *products
+
+
+def compiled_products(products: list[Any]) -> tuple[list[Any], ...] | None:
+    """Per product its kind (0 / 1: the panel kernel in AVX2 / AVX-512, 2: GGUF blocks, 3: GGUF
+    blocks times 8-bit activations), weights, scales, offsets, bias and output size, six lists as
+    the compiled calls take them; None if one of them runs torch's kernels."""
+    kind, weights, scales, offsets, biases, outputs = ([] for _ in range(6))
+    for product in products:
+        if isinstance(product, BlockLinear) and product.compiled:
+            kind.append(2 if product.activations == "float32" else 3)
+            weights.append(product.codes)
+            offsets.append(product.offsets)
+        elif isinstance(product, PanelLinear):
+            kind.append(ISAS.index(product.isa))
+            weights.append(product.panels)
+            offsets.append(None)
+        else:
+            return None
+        scales.append(product.scales)
+        biases.append(product.bias)
+        outputs.append(product.out_features)
+    return kind, weights, scales, offsets, biases, outputs
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,8 @@ runs AVX-512 here): faster or even at every M but 16-17 rows of 576x1536 and 153
 was 5-7% faster. No crossover pays for a second packed
 copy of the weights, so :class:`PanelLinear` runs the panel kernel for every M.
 
-The C++ source is compiled by ``torch.utils.cpp_extension`` at first use (``-O3 -mavx2 -mfma``;
+The C++ sources (``csrc/``: these products, the Llama layer loop of :mod:`.llama`, a feature
+draft's block of :mod:`.feature_draft`) are compiled by ``torch.utils.cpp_extension`` at first use (``-O3 -mavx2 -mfma``;
 the AVX-512 functions by a ``#pragma GCC target``; under a minute on an idle core) and cached in ``$TORCH_EXTENSIONS_DIR`` when set, else in
 ``$XDG_CACHE_HOME/draftverify`` (``~/.cache/draftverify``). Where it cannot run (a CPU without
 AVX2/FMA, no compiler) the lean forwards keep torch's kernels and a one-line warning says so; the
@@ -55,7 +56,8 @@ __all__ = ["ENV", "ISAS", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "
 
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
 ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
-SOURCES = [Path(__file__).resolve().parent / "csrc" / name for name in ("panel_mm.cpp", "llama_layers.cpp")]
+SOURCES = [Path(__file__).resolve().parent / "csrc" / name
+           for name in ("panel_mm.cpp", "llama_layers.cpp", "feature_draft.cpp")]
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 
 

@@ -26,11 +26,23 @@
 #include <optional>
 #include <vector>
 
+#include "llama_layers.h"
 #include "panel_mm.h"
 
-namespace {
+namespace draftverify {
 
 enum Kind : int64_t { kPanelAvx2 = 0, kPanelAvx512 = 1, kBlocks = 2, kBlocksQ8 = 3 };
+
+at::Tensor product(int64_t kind, const at::Tensor& x, const at::Tensor& weights, const std::optional<at::Tensor>& scale,
+                   const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N) {
+  if (kind == kBlocks) return block_mm(x, weights, *scale, offsets, bias, N);
+  if (kind == kBlocksQ8) return block_q8_mm(x, weights, *scale, offsets, bias, N);
+  return panel_mm(x, weights, scale, bias, N, kind == kPanelAvx512 ? "avx512" : "avx2");
+}
+
+}  // namespace draftverify
+
+namespace {
 
 // Product i of the flat lists (four a layer: qkv, o, gate_up, down), as its Python object runs it.
 struct Products {
@@ -42,10 +54,7 @@ struct Products {
   at::IntArrayRef outputs;
 
   at::Tensor operator()(int64_t i, const at::Tensor& x) const {
-    const std::optional<at::Tensor> scale = scales.get(i), bias = biases.get(i);
-    if (kind[i] == kBlocks) return draftverify::block_mm(x, weights[i], *scale, offsets.get(i), bias, outputs[i]);
-    if (kind[i] == kBlocksQ8) return draftverify::block_q8_mm(x, weights[i], *scale, offsets.get(i), bias, outputs[i]);
-    return draftverify::panel_mm(x, weights[i], scale, bias, outputs[i], kind[i] == kPanelAvx512 ? "avx512" : "avx2");
+    return draftverify::product(kind[i], x, weights[i], scales.get(i), offsets.get(i), biases.get(i), outputs[i]);
   }
 };
 
@@ -235,6 +244,10 @@ void attend(const float* q, int64_t n, const int64_t* live, const at::Tensor& ke
   }
 }
 
+}  // namespace
+
+namespace draftverify {
+
 at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask,
                         const std::optional<at::Tensor>& valid, at::TensorList keys, at::TensorList values, int64_t start,
                         int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms, c10::ArrayRef<double> eps, at::IntArrayRef kind,
@@ -321,11 +334,11 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
   return at::index_copy(x.view({n, width}), 0, kept, y).view({rows, size, width});
 }
 
-}  // namespace
+}  // namespace draftverify
 
 TORCH_LIBRARY_FRAGMENT(draftverify, m) {
   m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor? valid, Tensor[] keys, Tensor[] values, int start, "
         "int heads, int kv_heads, int head_dim, Tensor[] norms, float[] eps, int[] kind, Tensor[] weights, "
         "Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs) -> Tensor",
-        &llama_layers);
+        &draftverify::llama_layers);
 }

@@ -1,0 +1,107 @@
+// A feature draft's block of L drafted tokens in one call (draftverify.models.feature_draft,
+// FeatureDraft.sample_block): the forward over the chunk of tokens it has not seen, with the target's
+// features, then L - 1 forwards of one drafted token each, with its own last feature, and after every
+// forward the draw of the next token from softmax(logits / temperature) over its token subset.
+//
+// The same operations as the Python loop (FeatureDraft._forward, Decoder.draft_positions, warp,
+// sample) in the same order, each the same kernel: the products and the layer loop of
+// llama_layers.cpp, ATen's rms_norm, softmax, cumsum and searchsorted, the uniforms from the same
+// generator in the same order. So a block is bit for bit what the loop draws
+// (tests/models/test_feature_draft.py), without the loop's ~0.3 ms of Python and small operations
+// a position, which on this CPU cost as much as the draft's products.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/minimum.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/rms_norm.h>
+#include <ATen/ops/searchsorted.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/_softmax.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "llama_layers.h"
+
+namespace {
+
+// One index per row of probs [B, N] drawn by the uniform of the row: rng.inverse_cdf's arithmetic
+// (float64 cumulative sums, the first index past u times the row's total, never one of zero mass).
+at::Tensor inverse_cdf(const at::Tensor& probs, const at::Tensor& uniforms) {
+  const at::Tensor cdf = at::cumsum(probs, -1, at::kDouble);
+  const at::Tensor total = cdf.narrow(1, cdf.size(1) - 1, 1).contiguous();
+  const at::Tensor index = at::searchsorted(cdf, at::mul(uniforms.reshape({-1, 1}), total), false, true);
+  const at::Tensor reached = at::searchsorted(cdf, total, false, false);
+  return at::minimum(index, reached).select(1, 0);
+}
+
+// tokens [B, m] (the chunk) with features [B, m, E] (f_{j-1} of each position), then L - 1 drafted
+// tokens: returns the L drafted token ids [B, L], their laws over the subset [B, L, N] and the last
+// position's feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; `mask`
+// [m, start + m] is the chunk's (None for one token). Products 0 and 5 of the flat lists are fc and
+// the output layer, 1-4 the layer's (llama_layers.cpp); norms: the layer's two, then the final one.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
+    const at::Tensor& tokens, const at::Tensor& features, const at::Tensor& embedding, const at::Tensor& support,
+    const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask, at::TensorList keys,
+    at::TensorList values, int64_t start, int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms,
+    c10::ArrayRef<double> eps, at::IntArrayRef kind, at::TensorList weights,
+    const c10::List<std::optional<at::Tensor>>& scales, const c10::List<std::optional<at::Tensor>>& offsets,
+    const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef outputs, int64_t length, double temperature,
+    std::optional<at::Generator> generator) {
+  TORCH_CHECK(kind.size() == 6 && weights.size() == 6 && scales.size() == 6 && offsets.size() == 6 &&
+                  biases.size() == 6 && outputs.size() == 6 && norms.size() == 3 && eps.size() == 3 && keys.size() == 1,
+              "feature_draft_block: fc, four layer products and the output layer; two layer norms and the final one");
+  TORCH_CHECK(length >= 1 && temperature > 0, "feature_draft_block: length >= 1 and temperature > 0");
+  const int64_t rows = tokens.size(0), width = embedding.size(1);
+  const auto layer_list = [](const c10::List<std::optional<at::Tensor>>& list) {
+    c10::List<std::optional<at::Tensor>> layer;
+    for (size_t i = 1; i < 5; ++i) layer.push_back(list.get(i));
+    return layer;
+  };
+  const auto layer_scales = layer_list(scales), layer_offsets = layer_list(offsets), layer_biases = layer_list(biases);
+  std::vector<at::Tensor> drafted, laws;
+  at::Tensor chunk = tokens, previous = features, last;
+  int64_t position = start;  // the first slot this forward writes
+  for (int64_t i = 0; i < length; ++i) {
+    const int64_t size = chunk.size(1);
+    const at::Tensor input = at::cat({embedding.index_select(0, chunk.reshape({-1})).view({rows, size, width}), previous}, -1);
+    const at::Tensor x = draftverify::product(kind[0], input.view({rows * size, 2 * width}), weights[0], scales.get(0),
+                                              offsets.get(0), biases.get(0), outputs[0]).view({rows, size, width});
+    const int64_t first = position - start;  // this forward's angles
+    const at::Tensor layers = draftverify::llama_layers(
+        x, cos.narrow(2, first, size), sin.narrow(2, first, size), i == 0 ? mask : std::nullopt, std::nullopt, keys,
+        values, position, heads, kv_heads, head_dim, norms.slice(0, 2), eps.slice(0, 2), kind.slice(1, 4),
+        weights.slice(1, 4), layer_scales, layer_offsets, layer_biases, outputs.slice(1, 4));
+    const at::Tensor hidden = at::rms_norm(layers, {width}, norms[2], eps[2]);  // [B, S, E]
+    last = hidden.select(1, size - 1).clone();  // [B, E]
+    const at::Tensor logits = draftverify::product(kind[5], hidden.narrow(1, size - 1, 1).reshape({rows, width}),
+                                                   weights[5], scales.get(5), offsets.get(5), biases.get(5), outputs[5]);
+    TORCH_CHECK(logits.amax(-1).isfinite().all().item<bool>(),
+                "feature_draft_block: a row has a NaN, a +inf, or no finite logit");
+    const at::Tensor probs = at::_softmax(temperature != 1.0 ? at::div(logits, temperature) : logits, -1, false);  // [B, N]
+    const at::Tensor token = support.index_select(0, inverse_cdf(probs, at::rand({rows}, generator, at::kDouble)));
+    drafted.push_back(token);
+    laws.push_back(probs);
+    position += size;
+    chunk = token.view({rows, 1});
+    previous = last.view({rows, 1, width});
+  }
+  return {at::stack(drafted, 1), at::stack(laws, 1), last};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(draftverify, m) {
+  m.def("feature_draft_block(Tensor tokens, Tensor features, Tensor embedding, Tensor support, Tensor cos, Tensor sin, "
+        "Tensor? mask, Tensor[] keys, Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, "
+        "float[] eps, int[] kind, Tensor[] weights, Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs, "
+        "int length, float temperature, Generator? generator) -> (Tensor, Tensor, Tensor)",
+        &feature_draft_block);
+}
