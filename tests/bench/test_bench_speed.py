@@ -42,6 +42,7 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     assert set(batch) == {"ar", "sd"} and batch["sd"]["prompts"] == 2
     assert report["goals"]["sd_batch_vs_single"] == batch["sd"]["batch_vs_single"] > 0
     assert report["goals"]["ar_batch_vs_single"] == batch["ar"]["batch_vs_single"] > 0
+    assert report["goals"]["ar_decode_batch_vs_single"] == batch["ar"]["decode_batch_vs_single"] > 0
     # the best method is a timing, so which one wins is the machine's business: check the choice
     ours = {m: r for m, r in rows.items() if m not in ("ar", "hf-assisted", "hf-generate")}
     best = report["goals"]["best_exact_method"]
@@ -149,3 +150,24 @@ def test_llama_cpp_decodes_the_default_gguf():
 
     anchor = LlamaCpp(smollm2_gguf(), context=64, threads=1)
     assert anchor.decode([1, 2, 3], max_new_tokens=6, temperature=1.0, seed=0)["tokens"] == 6
+
+
+def test_batch_rows_leave_the_prefill_out_of_the_decoding_ratio(monkeypatch):
+    """The arithmetic on a synthetic run: 2 prompts of 5 tokens, a batch of 10 s whose first step
+    (the prefill, 1 token a prompt) took 6 s, single runs of 6 s whose first steps took 2 s."""
+    from types import SimpleNamespace
+
+    from draftverify.bench import speed
+
+    def result(seconds: float, first: float) -> SimpleNamespace:
+        step = SimpleNamespace(committed=1, draft_seconds=0.0, target_seconds=first, verify_seconds=0.0)
+        return SimpleNamespace(tokens=[0] * 5, seconds=seconds, steps=[step])
+
+    clock = iter([0.0, 10.0])
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(speed, "run_spec_batch", lambda *args, **kwargs: [result(10.0, 6.0)] * 2)
+    monkeypatch.setattr(speed, "run_spec", lambda *args, **kwargs: SimpleNamespace(result=result(6.0, 2.0)))
+    (row,) = speed.batch_speed(None, {}, [[1], [2]], ("ar",), seed=0)
+    assert row["batch_tokens_per_second"] == 1.0 and row["single_tokens_per_second"] == 10 / 12
+    assert row["batch_decode_tokens_per_second"] == 8 / 4 and row["single_decode_tokens_per_second"] == 8 / 8
+    assert row["batch_vs_single"] == pytest.approx(1.2) and row["decode_batch_vs_single"] == 2.0
