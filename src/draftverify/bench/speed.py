@@ -200,7 +200,8 @@ def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs:
     """Tokens/s of ``generate_batch`` on all ``prompts`` beside one ``generate`` call per prompt
     (same seed), for each method of ``specs``: the batch call, then the single calls. Also without
     the first step (the prompts' prefill, one call for the batch, one per prompt alone), as ``decode
-    tokens/s`` leaves it out: the prefill is bound by the arithmetic, which a batch does not share."""
+    tokens/s`` leaves it out: the prefill is bound by the arithmetic, which a batch does not share;
+    None where nothing was decoded after it)."""
     rows = []
     for spec in specs:
         began = time.perf_counter()
@@ -214,7 +215,8 @@ def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs:
             single = [single[0] + len(run.tokens), single[1] + run.seconds]
             single_first = [single_first[0] + run.steps[0].committed, single_first[1] + _step_seconds(run.steps[0])]
         batch = (sum(len(r.tokens) for r in results), batch_seconds)
-        speeds = {name: (tokens / seconds, (tokens - first_tokens) / (seconds - first_seconds))
+        speeds = {name: (tokens / seconds, (tokens - first_tokens) / (seconds - first_seconds) if tokens > first_tokens
+                         else None)
                   for name, (tokens, seconds), (first_tokens, first_seconds)
                   in (("batch", batch, batch_first), ("single", single, single_first))}
         rows.append(dict(method=spec, prompts=len(prompts), batch_tokens_per_second=speeds["batch"][0],
@@ -222,7 +224,8 @@ def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs:
                          batch_vs_single=speeds["batch"][0] / speeds["single"][0],
                          batch_decode_tokens_per_second=speeds["batch"][1],
                          single_decode_tokens_per_second=speeds["single"][1],
-                         decode_batch_vs_single=speeds["batch"][1] / speeds["single"][1]))
+                         decode_batch_vs_single=None if None in (speeds["batch"][1], speeds["single"][1])
+                         else speeds["batch"][1] / speeds["single"][1]))
     return rows
 
 
@@ -335,12 +338,16 @@ def _tables(report: dict[str, Any], batch: int) -> str:
                  f"transformers assisted generation (goal 2.0); ar {goals['ar_vs_generate']:.2f}x transformers "
                  f"generate (goal 1.5)" + (f"; batch of {batch}: ar {goals['ar_batch_vs_single']:.2f}x, sd "
                                            f"{goals['sd_batch_vs_single']:.2f}x single calls (goal 4.0; decoding "
-                                           f"alone: ar {goals['ar_decode_batch_vs_single']:.2f}x, sd "
-                                           f"{goals['sd_decode_batch_vs_single']:.2f}x)"
+                                           f"alone: ar {_times(goals['ar_decode_batch_vs_single'])}, sd "
+                                           f"{_times(goals['sd_decode_batch_vs_single'])})"
                                            if "sd_batch_vs_single" in goals else "")
                  + (f"; best {goals['best_exact_vs_llama_cpp']:.2f}x llama.cpp (goal 1.5)"
                     if "best_exact_vs_llama_cpp" in goals else f"; llama.cpp {report['llama_cpp']}"))
     return "\n".join(parts)
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def _add(totals: dict, name: str, **values: float) -> None:
