@@ -262,3 +262,16 @@ def test_the_compiled_block_is_left_out_where_rows_are_padded_or_a_hook_reads_th
         handle.remove()
     assert plain.draft_cache.held == [0]  # untouched
     assert draft.sample_block(plain.draft_cache, chunk, 2, 1.0, None) is not None
+
+
+def test_no_compiled_block_where_the_angles_follow_the_positions_of_a_call():
+    """transformers' dynamic and longrope types rescale their frequencies by a call's positions, so
+    one rotary call over a whole block could give other angles than the loop's calls."""
+    from transformers import LlamaConfig
+
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    assert draft.compiled_block is not None
+    theta = target.model.config.rope_parameters["rope_theta"]
+    config = LlamaConfig(**{**target.model.config.to_dict(),
+                            "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": theta}})
+    assert FeatureDraft(FeatureHead(config, SUBSET), target).compiled_block is None

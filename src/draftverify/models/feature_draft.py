@@ -198,7 +198,10 @@ class FeatureDraft(LanguageModel):
         self.norm_shape = (config.hidden_size,)
         products = compiled_products([self.fc, *layers[0][1:3], *layers[0][4:6], self.output])
         norms = (layers[0][0], layers[0][3])
-        self.compiled_block = None if self.layer.compiled is None or products is None else (
+        # a block's angles come from one rotary call over all its positions: not for the rope types whose
+        # frequencies follow the positions of the call (transformers' dynamic_rope_update)
+        static_angles = getattr(head.rotary, "rope_type", "dynamic") not in ("dynamic", "longrope")
+        self.compiled_block = None if self.layer.compiled is None or products is None or not static_angles else (
             [norms[0].weight, norms[1].weight, self.norm_weight],
             [norms[0].variance_epsilon, norms[1].variance_epsilon, self.norm_eps], *products)  # csrc/feature_draft.cpp
 
