@@ -275,3 +275,14 @@ def test_no_compiled_block_where_the_angles_follow_the_positions_of_a_call():
     config = LlamaConfig(**{**target.model.config.to_dict(),
                             "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": theta}})
     assert FeatureDraft(FeatureHead(config, SUBSET), target).compiled_block is None
+
+
+@pytest.mark.parametrize("tokens,length,temperature,match", [
+    ([[1], [2]], 2, 1.0, "tokens"), ([[1]], 0, 1.0, "length"), ([[1]], 2, 0.0, "temperature"),
+    ([[1]], 2, float("nan"), "temperature")])
+def test_a_compiled_block_with_bad_arguments_is_a_value_error(tokens, length, temperature, match):
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    cache = draft.new_cache(1, target.new_cache(1))
+    with pytest.raises(ValueError, match=match):
+        draft.sample_block(cache, torch.tensor(tokens), length, temperature, None)
+    assert cache.held == [0]  # untouched

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Cache", "LanguageModel", "HistoryModel"]
+__all__ = ["Cache", "LanguageModel", "HistoryModel", "check_tokens"]
 
 
 _COUNT = torch.arange(1024)  # 0, 1, 2, ...: positions are slices of it (no tensor made per call)
@@ -114,6 +114,12 @@ class Cache:
         self.held = [self.held[r] for r in order]
 
 
+def check_tokens(cache: Cache, tokens: torch.Tensor) -> None:
+    """``ValueError`` unless ``tokens`` is [B, S >= 1] for the B rows of ``cache``."""
+    if tokens.dim() != 2 or tokens.shape[0] != cache.batch_size or tokens.shape[1] < 1:
+        raise ValueError(f"tokens: expected shape [B={cache.batch_size}, S >= 1], got {tuple(tokens.shape)}")
+
+
 class LanguageModel(ABC):
     """A causal language model behind the interface the decoding engine uses (see module doc)."""
 
@@ -151,8 +157,7 @@ class LanguageModel(ABC):
         after each of the last ``num_logits`` positions. Those positions must be valid.
         ``on_support``: for a model with a :attr:`support` of N tokens, the logits over it,
         ``[B, num_logits, N]`` (column i is token ``support[i]``), instead of -inf outside it."""
-        if tokens.dim() != 2 or tokens.shape[0] != cache.batch_size or tokens.shape[1] < 1:
-            raise ValueError(f"tokens: expected shape [B={cache.batch_size}, S >= 1], got {tuple(tokens.shape)}")
+        check_tokens(cache, tokens)
         rows, size = tokens.shape
         if not 1 <= num_logits <= size:
             raise ValueError(f"num_logits must be in [1, S={size}], got {num_logits}")

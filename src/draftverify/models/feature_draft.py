@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Cache, LanguageModel
+from .base import Cache, LanguageModel, check_tokens
 from .gpt2 import Linear, output_logits
 from .hf import TransformersModel
 from .llama import compiled_layers, compiled_products, layer_weights, llama_layers
@@ -298,11 +298,17 @@ class FeatureDraft(LanguageModel):
         order), where the products and the layer run compiled, no row is padded, the block fits the
         context and no hook watches the output layer (SPRINTER's tap reads it); else None. The
         drafted positions read the draft's own features (their previous positions are beyond what
-        the target has scored), so only the chunk's count towards ``exact``."""
+        the target has scored), so only the chunk's count towards ``exact``. ``ValueError`` for
+        ``tokens`` not [B, m >= 1], ``length`` < 1 or ``temperature`` <= 0."""
+        check_tokens(cache, tokens)
+        if length < 1:
+            raise ValueError(f"length must be >= 1, got {length}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0 (a draw from softmax(logits / temperature)), got {temperature}")
         rows, size = tokens.shape
         fed = size + length - 1  # the chunk, then every drafted token but the last
         head = self.head_module.head
-        if self.compiled_block is None or cache.holes or rows != cache.batch_size or head._forward_hooks \
+        if self.compiled_block is None or cache.holes or head._forward_hooks \
                 or head._forward_pre_hooks or max(cache.held) + fed > (self.max_length or math.inf):
             return None
         backend, kv, start = cache.backend, cache.backend.kv, cache.width
