@@ -114,9 +114,10 @@ SLOW = [
      2),  # --warmup and --seed are the feature draft's
     (["train-draft", "--kind", "feature", "--lr", "0", "--label-minutes", "0"], 2),  # a learning rate > 0
     (["train-draft", "--kind", "ngram", "--calibration", "2", "--label-minutes", "0"], 2),  # feature only
+    (["train-draft", "--kind", "llama", "--source-minutes", "1", "--label-minutes", "0"], 2),  # feature only
     (["train-draft", "--kind", "feature", "--calibration", "33", "--label-minutes", "0"], 2),  # 32 calibration prompts
     (["evaluate-draft", "--chat", "1", "--humaneval", "1", "--tokens", "4", "--ahead", "2", "--draft-length", "2",
-      "--context", "64", "--seed", "100", "--target", "smollm2", "--threads", "1", "--engine",
+      "--context", "64", "--seed", "100", "--source", "1", "--target", "smollm2", "--threads", "1", "--engine",
       "--answers", "{tmp}/answers.json", "--json", "{tmp}/heldout.json"], 0),  # the default pair's draft, held out
     (["evaluate-draft", "--draft", "=folder"], 2),  # a draft without a name
     (["evaluate-draft", "--draft", "{tmp}/no-such-draft"], 2),

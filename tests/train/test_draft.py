@@ -199,3 +199,75 @@ def test_prompts_of_other_sources_leave_out_the_stdlib_heldout_functions(tmp_pat
     prompts = chat_prompts("train", seed=3, root=package) + chat_prompts("heldout", seed=3, root=package)
     assert len(prompts) == 40 and all("scale" in p for p in prompts)  # each file's own function, no vendored copy
     assert not any(vendored["source"] in p or f"`{vendored['name']}(" in p for p in prompts)
+
+
+def _package(root, files: int = 40):
+    """``files`` small source files under ``root``, enough that both sides of the split by file hold some."""
+    root.mkdir()
+    for i in range(files):
+        (root / f"m{i}.py").write_text("".join(f"def f{i}_{j}(x):\n    return x + {j}\n" for j in range(12)))
+    return root
+
+
+def test_source_windows_are_runs_of_one_split_files_tokens(tmp_path, monkeypatch):
+    from draftverify.train import teacher
+    from draftverify.train.corpus import split_corpus
+
+    split = split_corpus(_package(tmp_path / "pkg"))
+    monkeypatch.setattr(teacher, "split_corpus", lambda: split)
+    tokenizer = char_tokenizer()
+    for name, files in (("train", split.train), ("heldout", split.heldout)):
+        texts = [tokenizer.encode(t) for t in split.read(files)]
+        windows = teacher.source_windows(tokenizer, name, seed=1, size=50, per_file=3)
+        assert windows == teacher.source_windows(tokenizer, name, seed=1, size=50, per_file=3)  # seeded
+        assert len(windows) == 3 * len(files) and {len(w) for w in windows} == {50}
+        for w in windows:  # each a run of one of this split's files (a file's windows adjacent: none of the other split)
+            assert any(any(ids[i: i + 50] == w for i in range(len(ids) - 49)) for ids in texts)
+    assert teacher.source_windows(tokenizer, "train", seed=2, size=50) != teacher.source_windows(tokenizer, "train", seed=1, size=50)
+    with pytest.raises(ValueError, match="split"):
+        teacher.source_windows(tokenizer, "test")
+
+
+def test_source_labels_are_the_targets_teacher_forced_law_and_features(target_folder, tmp_path):
+    """Each window's answer positions carry the target's top-k of the law of that very token given
+    the text before it (no shift), and the features of every position."""
+    from draftverify.train.feature_draft import load_feature_rows
+    from draftverify.train.teacher import label_source_shards
+
+    target = TransformersModel.from_pretrained(target_folder)
+    windows = torch.randint(0, target.vocab_size, (4, 12), generator=torch.Generator().manual_seed(0)).tolist()
+    teacher = TeacherConfig(batch_size=3, top_k=4, prompts_per_shard=2)
+    assert label_source_shards(target, windows, tmp_path, teacher, context=5, log=lambda _: None, features=True) == 2
+    assert label_source_shards(target, windows, tmp_path, teacher, context=5, log=lambda _: None) == 0  # resumed: done
+    rows = load_feature_rows(tmp_path)
+    assert [r[0].tolist() for r in rows] == windows
+    for tokens, start, ids, probs, features in rows:
+        assert start == 5 and ids.shape == probs.shape == (7, 4)
+        with torch.inference_mode():
+            hidden = target.model.model(input_ids=torch.tensor([tokens.tolist()])).last_hidden_state[0]
+            law = torch.softmax(target.model.lm_head(hidden).double(), -1)[start - 1: -1]  # predicting tokens 5..11
+        top = torch.topk(law, 4, -1)
+        assert torch.equal(torch.from_numpy(ids).long(), top.indices)
+        torch.testing.assert_close(torch.from_numpy(probs.astype(np.float32)), top.values.float(), atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(torch.from_numpy(features.astype(np.float32)), hidden, atol=2e-3, rtol=2e-3)
+    with pytest.raises(ValueError, match="context"):
+        label_source_shards(target, windows, tmp_path / "x", teacher, context=12)
+    with pytest.raises(ValueError, match="windows"):
+        label_source_shards(target, [[1, 2, 3], [1, 2]], tmp_path / "x", teacher)
+
+
+def test_a_feature_draft_run_trains_on_its_source_windows_too(target_folder, tmp_path, monkeypatch):
+    from draftverify.train import draft_pipeline
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    windows = [[i % 20 for i in range(40)]] * 6  # the context is 32 tokens
+    monkeypatch.setattr(draft_pipeline, "source_windows", lambda tokenizer, seed: windows)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=2)
+    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
+    record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
+                         source_minutes=1, teacher=teacher, draft=config, log=lambda _: None)
+    assert record["shard_folders"] == [str(tmp_path / "work" / "teacher"), str(tmp_path / "work" / "source")]
+    assert record["answers"] == 4 + 6 and len(list((tmp_path / "work" / "source").glob("shard-*.npz"))) == 3
+    with pytest.raises(ValueError, match="source_minutes"):
+        train_draft(target_folder, tmp_path / "work", tmp_path / "x", label_minutes=0, train_minutes=0, source_minutes=1,
+                    teacher=teacher, draft=DraftConfig())

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from draftverify.formulas import overlap
+from draftverify.train import heldout
 from draftverify.train.heldout import (HeldoutSettings, ahead_acceptance, engine_acceptance, engine_runs, fit_temperature,
-                                      set_output_temperature, step_start_acceptance, step_starts)
+                                      set_output_temperature, source_acceptance, step_start_acceptance, step_starts)
 from tests.factories import tiny_feature_pair
 
 VOCAB = 11
@@ -97,7 +98,27 @@ def test_the_fitted_temperature_is_the_best_candidate_and_folding_it_in_divides_
 
 
 @pytest.mark.parametrize("bad", [dict(chat=0, humaneval=0), dict(chat=-1), dict(chat=65), dict(ahead=0),
-                                 dict(draft_length=0), dict(tokens=0), dict(context=0)])
+                                 dict(draft_length=0), dict(tokens=0), dict(context=0), dict(source=-1)])
 def test_settings_refuse_an_empty_set_and_non_positive_counts(bad):
     with pytest.raises(ValueError, match="|".join(bad)):
         HeldoutSettings(**bad)
+
+
+def test_source_acceptance_is_the_teacher_forced_measure_after_each_windows_context(monkeypatch):
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    other = copy.deepcopy(draft.head_module)
+    with torch.no_grad():
+        other.fc.weight.mul_(0.5)
+    windows = [TOKENS, TOKENS[::-1]]
+    monkeypatch.setattr(heldout, "SOURCE_CONTEXT", PROMPT)
+    monkeypatch.setattr(heldout, "source_windows", lambda tokenizer, split, seed, size, per_file: windows)
+    settings = HeldoutSettings(source=2, tokens=len(TOKENS) - PROMPT, ahead=2)
+    report = source_acceptance(target, {"a": draft.head_module, "b": other}, settings)
+    for name, head in (("a", draft.head_module), ("b", other)):
+        expected = [torch.cat(rows) for rows in zip(*(ahead_acceptance(target, head, w[:PROMPT], w[PROMPT:], 2)
+                                                     for w in windows))]
+        assert [r["positions"] for r in report[name]] == [len(e) for e in expected]
+        assert [r["mean"] for r in report[name]] == pytest.approx([float(e.mean()) for e in expected])
+    assert report["a"] != report["b"]
+    with pytest.raises(ValueError, match="source: 3 windows asked"):
+        source_acceptance(target, {"a": draft.head_module}, HeldoutSettings(source=3, tokens=6))

@@ -39,6 +39,8 @@ def evaluate_draft(
     target: TargetFolder = None,
     chat: Annotated[int, typer.Option(min=0, help="Held-out standard-library chat prompts (chat_prompts('heldout', 0)).")] = 32,
     humaneval: Annotated[int, typer.Option(min=0, help="HumanEval prompts, the first N, as chat messages.")] = 32,
+    source: Annotated[int, typer.Option(min=0, help="Held-out standard-library source windows, scored teacher-forced "
+                                                   "without the chat template.")] = 32,
     context: Annotated[int, typer.Option(min=1, help="Each prompt keeps its last N tokens.")] = 192,
     tokens: Annotated[int, typer.Option(min=1, help="Tokens per answer (the target's, sampled) and per engine run.")] = 128,
     seed: Annotated[int, typer.Option(min=0, help="Answer i is sampled with seed SEED + i.")] = 100,
@@ -59,7 +61,7 @@ def evaluate_draft(
     from ..models.pair import load_pair
     from ..train.heldout import HeldoutSettings, evaluate_drafts, heldout_prompts, sample_answers
 
-    settings = HeldoutSettings(chat=chat, humaneval=humaneval, context=context, tokens=tokens, seed=seed, ahead=ahead,
+    settings = HeldoutSettings(chat=chat, humaneval=humaneval, source=source, context=context, tokens=tokens, seed=seed, ahead=ahead,
                                draft_length=draft_length)
     folders = _drafts(draft)
     for folder in folders.values():
@@ -68,7 +70,8 @@ def evaluate_draft(
     torch.set_num_threads(threads)
     model = load_pair(target, quantize="float32").target
     sampled = None
-    keyed = {"target": target or "smollm2", **{k: v for k, v in asdict(settings).items() if k not in ("ahead", "draft_length")}}
+    keyed = {"target": target or "smollm2",
+             **{k: v for k, v in asdict(settings).items() if k not in ("ahead", "draft_length", "source")}}
     if answers is not None and answers.exists():
         stored = loads(answers.read_text())
         if stored.get("settings") != keyed:

@@ -16,6 +16,9 @@ def train_draft(
     = Path("smollm2-draft-work"),
     target: Annotated[str, typer.Option(help="The target: 'smollm2' (the default pair's) or a .gguf file.")] = "smollm2",
     label_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the teacher labelling.")] = 50.0,
+    source_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of labelling plain source "
+                                                                "windows teacher-forced, after the answers "
+                                                                "(--kind feature).")] = 0.0,
     train_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the distillation.")] = 35.0,
     steps: Annotated[int, typer.Option(min=1, help="Training steps (the learning-rate schedule's length).")] = 3000,
     kind: Annotated[str, typer.Option(help="'feature': a one-layer head on the target's hidden states (EAGLE); "
@@ -62,14 +65,15 @@ def train_draft(
         raise ValueError(f"--heldout is read by --kind ngram only, not --kind {kind}")
     if extra_shards and kind == "llama":
         raise ValueError("--extra-shards is read by --kind feature and ngram, not --kind llama")
-    if (schedule or start is not None) and kind != "feature":
-        given = [f"--{k}" for k in schedule] + (["--from"] if start is not None else [])
+    if (schedule or start is not None or source_minutes) and kind != "feature":
+        given = ([f"--{k}" for k in schedule] + (["--from"] if start is not None else [])
+                 + (["--source-minutes"] if source_minutes else []))
         raise ValueError(f"{', '.join(given)}: read by --kind feature only, not --kind {kind}")
     draft = configs[kind]()  # bad settings are refused before the target loads
     folder = converted_folder(None if target == "smollm2" else target)
     record = run(folder, workdir, output, label_minutes=label_minutes, train_minutes=train_minutes,
                  teacher=TeacherConfig(seed=teacher_seed), draft=draft, extra_shards=tuple(extra_shards),
-                 heldout=heldout, start=start)
+                 heldout=heldout, start=start, source_minutes=source_minutes)
     done = f"{record['ngrams']} n-grams" if kind == "ngram" else f"step {record['last_step'].get('step')}"
     print(f"draft written to {output}: {record['answer_tokens']} answer tokens, {done}")
     return 0

@@ -26,7 +26,7 @@ import torch
 from .draft import DraftConfig, distill_draft, draft_model, load_shards
 from .feature_draft import FeatureDraftConfig, extract_features, load_feature_rows, new_head, train_feature_head
 from .ngram import NGramConfig, answer_counts, exact_acceptance, topk_acceptance, train_ngram
-from .teacher import TeacherConfig, chat_prompts, label_shards
+from .teacher import TeacherConfig, chat_prompts, label_shards, label_source_shards, source_windows
 
 __all__ = ["train_draft"]
 
@@ -35,15 +35,17 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                 teacher: TeacherConfig = TeacherConfig(),
                 draft: DraftConfig | FeatureDraftConfig | NGramConfig = FeatureDraftConfig(),
                 extra_shards: tuple[Path, ...] = (), heldout: Path | None = None, start: Path | None = None,
-                log: Callable[[str], None] = print) -> dict:
+                source_minutes: float = 0.0, log: Callable[[str], None] = print) -> dict:
     """Run both stages for the target in ``target_folder`` (a transformers folder with its chat
     tokenizer) and write the draft to ``output``: a feature draft for a :class:`FeatureDraftConfig`,
     a small Llama for a :class:`DraftConfig`, an n-gram drafter for an :class:`NGramConfig` (counted
     on ``workdir``'s shards and those of the folders ``extra_shards``, and measured on the shards
     of ``heldout`` if named: :mod:`.ngram`). A feature draft trains on ``workdir``'s shards and those
     of ``extra_shards``, from a new head or, for a further stage, from the feature draft in folder
-    ``start`` (its token subset kept). The prompts are ``chat_prompts("train", seed=teacher.seed)``.
-    Returns what ``training.json`` records."""
+    ``start`` (its token subset kept). The prompts are ``chat_prompts("train", seed=teacher.seed)``;
+    a feature draft also trains on ``workdir/source``, plain source windows labelled teacher-forced
+    for ``source_minutes`` after the answers (:func:`.teacher.label_source_shards` over
+    ``source_windows(..., seed=teacher.seed)``). Returns what ``training.json`` records."""
     from ..models.feature_draft import FeatureHead
     from ..models.hf import TransformersModel
 
@@ -52,6 +54,9 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                          f"{type(draft).__name__})")
     if extra_shards and isinstance(draft, DraftConfig):
         raise ValueError("extra_shards: the Llama draft reads the workdir's shards only")
+    if source_minutes and not isinstance(draft, FeatureDraftConfig):
+        raise ValueError(f"source_minutes: only a feature draft trains on source windows (draft is a "
+                         f"{type(draft).__name__})")
     if heldout is not None and not isinstance(draft, NGramConfig):
         raise ValueError(f"heldout: only the n-gram drafter is measured on held-out shards (draft is a "
                          f"{type(draft).__name__})")
@@ -60,11 +65,17 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,
                           deadline=time.time() + label_minutes * 60, features=isinstance(draft, FeatureDraftConfig))
     log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
+    if source_minutes:
+        began = time.time()
+        shards = label_source_shards(target, source_windows(target.tokenizer, seed=teacher.seed), workdir / "source",
+                                     teacher, log=log, deadline=began + source_minutes * 60, features=True)
+        log(f"source: {shards} new shards in {time.time() - began:.0f} s")
     if isinstance(draft, NGramConfig):
         return _count_ngrams(target, (workdir / "teacher", *extra_shards), heldout, output, teacher, draft, log)
     deadline = time.time() + train_minutes * 60
     if isinstance(draft, FeatureDraftConfig):
-        folders = (workdir / "teacher", *extra_shards)
+        source = (workdir / "source",) if (workdir / "source").is_dir() else ()
+        folders = (workdir / "teacher", *source, *extra_shards)
         for folder in folders:
             extract_features(target.model, folder, log=log)  # shards labelled without features (older runs)
         rows = [row for folder in folders if any(folder.glob("features-*.npy")) for row in load_feature_rows(folder)]

@@ -19,6 +19,11 @@ Two measures of each draft:
   every draft at the positions where the first draft's steps start (:func:`step_start_acceptance`):
   a step starts after a rejection more often than not, at a harder position than the average one.
 
+And on plain source text (:func:`source_acceptance`): the teacher-forced measure on windows of the
+standard library's held-out files (:func:`.teacher.source_windows`, no chat template), the first
+:data:`SOURCE_CONTEXT` tokens of each as its prompt: a draft trained on chat answers alone can lose
+what it accepts there while its chat figures hold (the stage-10 draft did).
+
 Calibration (:func:`fit_temperature`): the draft's law softmax(logits / tau) with the output
 temperature tau, among :data:`TEMPERATURES`, that maximises the teacher-forced acceptance (mean over
 the positions drafted 0..2 ahead) on other held-out chat prompts (:data:`CALIBRATION`, never
@@ -42,13 +47,14 @@ from ..models.chat import encode_prompt
 from ..models.feature_draft import FeatureDraft, FeatureHead
 from .feature_draft import CALIBRATION, draft_passes
 from .measure import humaneval_prompts
-from .teacher import chat_prompts
+from .teacher import chat_prompts, source_windows
 
-__all__ = ["TEMPERATURES", "HeldoutSettings", "TargetPass", "ahead_acceptance", "ahead_rows", "calibration_prompts",
+__all__ = ["SOURCE_CONTEXT", "TEMPERATURES", "HeldoutSettings", "TargetPass", "ahead_acceptance", "ahead_rows", "calibration_prompts",
            "engine_acceptance", "engine_runs", "evaluate_drafts", "fit_temperature", "heldout_prompts", "sample_answers",
-           "set_output_temperature", "step_start_acceptance", "step_starts", "target_pass"]
+           "set_output_temperature", "source_acceptance", "step_start_acceptance", "step_starts", "target_pass"]
 
 TEMPERATURES = tuple(round(0.6 + 0.05 * i, 2) for i in range(13))  # 0.6, 0.65, ..., 1.2
+SOURCE_CONTEXT = 32  # the prompt of a held-out source window; the next ``tokens`` are scored
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class HeldoutSettings:
 
     chat: int = 32
     humaneval: int = 32
+    source: int = 32
     context: int = 192
     tokens: int = 128
     seed: int = 100
@@ -66,6 +73,8 @@ class HeldoutSettings:
     def __post_init__(self) -> None:
         if min(self.chat, self.humaneval) < 0 or self.chat + self.humaneval < 1:
             raise ValueError(f"chat, humaneval: at least one prompt, none negative; got {self.chat}, {self.humaneval}")
+        if self.source < 0:
+            raise ValueError(f"source: the held-out source windows, none or more; got {self.source}")
         if self.chat > CALIBRATION.start:
             raise ValueError(f"chat: at most {CALIBRATION.start} (the held-out chat prompts after them calibrate drafts), got {self.chat}")
         for name in ("context", "tokens", "ahead", "draft_length"):
@@ -231,6 +240,24 @@ def step_start_acceptance(target: Any, heads: dict[str, FeatureHead], runs: Sequ
                    "starts": len(per_ahead[name][0])} for name in heads}
 
 
+def source_acceptance(target: Any, heads: dict[str, FeatureHead], settings: HeldoutSettings) -> dict:
+    """Per head, the teacher-forced acceptance (as :func:`ahead_acceptance`, drafted 0..ahead-1
+    ahead) over the ``tokens`` positions after the first :data:`SOURCE_CONTEXT` of ``source``
+    windows of the standard library's held-out files, one a file (:func:`.teacher.source_windows`,
+    seed 0): ``{name: [per q: mean, stderr, positions]}``. ``ValueError`` when the held-out files
+    hold fewer such windows."""
+    windows = source_windows(target.tokenizer, "heldout", seed=0, size=SOURCE_CONTEXT + settings.tokens, per_file=1)
+    if len(windows) < settings.source:
+        raise ValueError(f"source: {settings.source} windows asked, the held-out files hold {len(windows)}")
+    per_ahead = {name: [[] for _ in range(settings.ahead)] for name in heads}
+    for window in windows[: settings.source]:
+        scored = target_pass(target, window[:SOURCE_CONTEXT], window[SOURCE_CONTEXT:])
+        for name, head in heads.items():
+            for q, values in enumerate(_overlaps(scored, head.eval(), settings.ahead)):
+                per_ahead[name][q].append(values)
+    return {name: [_summary(torch.cat(values)) for values in rows] for name, rows in per_ahead.items()}
+
+
 def _summary(values: torch.Tensor) -> dict:
     return {"mean": float(values.mean()), "stderr": float(values.std() / len(values) ** 0.5), "positions": len(values)}
 
@@ -238,8 +265,9 @@ def _summary(values: torch.Tensor) -> dict:
 def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: HeldoutSettings = HeldoutSettings(), *,
                     answers: list[list[int]] | None = None, engine: bool = True,
                     log: Callable[[str], None] = print) -> dict:
-    """Both measures for each head (a name to a :class:`FeatureHead`): ``{"prompts", "answer_positions",
-    "drafts": {name: {"teacher_forced": [per q: mean, stderr, positions], "target_mass_on_tokens", "engine"}},
+    """The measures for each head (a name to a :class:`FeatureHead`): ``{"prompts", "answer_positions",
+    "drafts": {name: {"teacher_forced": [per q: mean, stderr, positions], "target_mass_on_tokens",
+    "source_teacher_forced" (with ``settings.source``: :func:`source_acceptance`), "engine"}},
     "step_starts": {"runs_of": the first name, "drafts": {name: ...}}}`` (:func:`step_start_acceptance`
     on the first head's engine runs);
     ``target_mass_on_tokens`` is the target's mean probability of the head's tokens, the most any
@@ -259,6 +287,7 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
                 per_ahead[name][q].append(overlap(target_probs, torch.softmax(logits, -1)))
                 if q == 0:
                     mass[name].append(target_probs.sum(-1))
+    source = source_acceptance(target, heads, settings) if settings.source else {}
     reference = None  # the first head's engine runs: where every head is scored at the step starts
     for name, head in heads.items():
         row = {"teacher_forced": [_summary(torch.cat(values)) for values in per_ahead[name]],
@@ -266,6 +295,10 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
         log(f"{name}: teacher-forced acceptance drafted 0..{settings.ahead - 1} ahead: "
             + ", ".join(f"{s['mean']:.4f} (s.e. {s['stderr']:.4f})" for s in row["teacher_forced"])
             + f"; the target's mass on its tokens {row['target_mass_on_tokens']['mean']:.4f}")
+        if name in source:
+            row["source_teacher_forced"] = source[name]
+            log(f"{name}: on {settings.source} held-out source windows (no chat template), drafted "
+                f"0..{settings.ahead - 1} ahead: " + ", ".join(f"{s['mean']:.4f} (s.e. {s['stderr']:.4f})" for s in source[name]))
         if engine:
             runs = engine_runs(target, FeatureDraft(head, target), prompts, settings)
             reference = runs if reference is None else reference
