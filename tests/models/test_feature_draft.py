@@ -211,10 +211,13 @@ def test_the_engine_refuses_a_verifier_exact_only_for_a_prefix_draft(method, num
         generate_batch(target, draft, [[1]], method, num_drafts=num_drafts, draft_length=2, max_new_tokens=3)
 
 
-@pytest.mark.parametrize("method,num_drafts,temperature", [("sd", None, 1.0), ("bv", None, 0.7), ("kseq", 2, 1.0)])
-def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_drafts, temperature, monkeypatch):
+@pytest.mark.parametrize("method,num_drafts,temperature,warping", [
+    ("sd", None, 1.0, {}), ("bv", None, 0.7, {}), ("kseq", 2, 1.0, {}), ("sd", None, 1.0, dict(top_k=3)),
+    ("bv", None, 0.8, dict(top_p=0.6)), ("kseq", 2, 0.9, dict(top_k=4, top_p=0.8))])
+def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_drafts, temperature, warping, monkeypatch):
     """csrc/feature_draft.cpp against the decoder's loop over draft.forward: the same drafted tokens
-    and laws bit for bit, step after step, and the caches left alike."""
+    and laws bit for bit, step after step, and the caches left alike; top-k and top-p warp as
+    probs.warp does (over the draft's 7 tokens: top-k 3 and top-p 0.6 zero some of every law)."""
     target, draft = tiny_feature_pair(VOCAB, SUBSET, quantize="int8")
     assert draft.compiled_block is not None
     compiled_calls, runs = [], []
@@ -231,7 +234,8 @@ def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_dr
         monkeypatch.setattr(Decoder, "draft_block",
                             lambda self, *args: blocks.append(draft_block(self, *args)) or blocks[-1])
         decoder = Decoder(target, draft, [[1, 4, 2, 9]], DecodeConfig(method, num_drafts=num_drafts, draft_length=3,
-                                                                       temperature=temperature, max_new_tokens=40))
+                                                                       temperature=temperature, max_new_tokens=40,
+                                                                       **warping))
         while not decoder.done:
             decoder.step()
             decoder.check_caches()
@@ -242,6 +246,8 @@ def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_dr
     assert tokens == tokens_loop and len(blocks) == len(blocks_loop) > 5
     for (drafted, laws), (drafted_loop, laws_loop) in zip(blocks, blocks_loop):
         assert torch.equal(drafted, drafted_loop) and torch.equal(laws, laws_loop)
+    zeros = torch.cat([laws[..., SUBSET] == 0 for _, laws in blocks]).sum(-1)  # zeroed tokens of the subset, per law
+    assert bool((zeros > 0).all()) if warping else not bool(zeros.any())
     assert [exact, last_position] == rest[:2] and torch.equal(last, rest[2])
 
 
@@ -277,12 +283,13 @@ def test_no_compiled_block_where_the_angles_follow_the_positions_of_a_call():
     assert FeatureDraft(FeatureHead(config, SUBSET), target).compiled_block is None
 
 
-@pytest.mark.parametrize("tokens,length,temperature,match", [
-    ([[1], [2]], 2, 1.0, "tokens"), ([[1]], 0, 1.0, "length"), ([[1]], 2, 0.0, "temperature"),
-    ([[1]], 2, float("nan"), "temperature")])
-def test_a_compiled_block_with_bad_arguments_is_a_value_error(tokens, length, temperature, match):
+@pytest.mark.parametrize("tokens,length,temperature,warping,match", [
+    ([[1], [2]], 2, 1.0, {}, "tokens"), ([[1]], 0, 1.0, {}, "length"), ([[1]], 2, 0.0, {}, "temperature"),
+    ([[1]], 2, float("nan"), {}, "temperature"), ([[1]], 2, 1.0, dict(top_k=0), "top_k"),
+    ([[1]], 2, 1.0, dict(top_p=1.5), "top_p")])
+def test_a_compiled_block_with_bad_arguments_is_a_value_error(tokens, length, temperature, warping, match):
     target, draft = tiny_feature_pair(VOCAB, SUBSET)
     cache = draft.new_cache(1, target.new_cache(1))
     with pytest.raises(ValueError, match=match):
-        draft.sample_block(cache, torch.tensor(tokens), length, temperature, None)
+        draft.sample_block(cache, torch.tensor(tokens), length, temperature, None, **warping)
     assert cache.held == [0]  # untouched

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..probs import warp
 from .base import Cache, LanguageModel, check_tokens
 from .gpt2 import Linear, output_logits
 from .hf import TransformersModel
@@ -292,19 +293,22 @@ class FeatureDraft(LanguageModel):
         return subset.view(rows, num_logits, -1)  # over the support: zero draft probability outside it
 
     def sample_block(self, cache: Cache, tokens: torch.Tensor, length: int, temperature: float,
-                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+                     generator: torch.Generator | None, top_k: int | None = None,
+                     top_p: float | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """:meth:`LanguageModel.sample_block` in one compiled call (``csrc/feature_draft.cpp``: the
-        forwards of :meth:`_forward`, the draws of the decoder's loop, the same kernels in the same
-        order), where the products and the layer run compiled, no row is padded, the block fits the
-        context and no hook watches the output layer (SPRINTER's tap reads it); else None. The
-        drafted positions read the draft's own features (their previous positions are beyond what
+        forwards of :meth:`_forward`, the warping and draws of the decoder's loop, the same kernels in
+        the same order), where the products and the layer run compiled, no row is padded, the block
+        fits the context and no hook watches the output layer (SPRINTER's tap reads it); else None.
+        The drafted positions read the draft's own features (their previous positions are beyond what
         the target has scored), so only the chunk's count towards ``exact``. ``ValueError`` for
-        ``tokens`` not [B, m >= 1], ``length`` < 1 or ``temperature`` <= 0."""
+        ``tokens`` not [B, m >= 1], ``length`` < 1, ``temperature`` <= 0 and a ``top_k`` or
+        ``top_p`` that :func:`~draftverify.probs.warp` refuses."""
         check_tokens(cache, tokens)
         if length < 1:
             raise ValueError(f"length must be >= 1, got {length}")
         if not temperature > 0:
-            raise ValueError(f"temperature must be > 0 (a draw from softmax(logits / temperature)), got {temperature}")
+            raise ValueError(f"temperature must be > 0 (a draw from the warped logits), got {temperature}")
+        warp(torch.zeros(1, 2), temperature, top_k, top_p)  # raises on bad warping options
         rows, size = tokens.shape
         fed = size + length - 1  # the chunk, then every drafted token but the last
         head = self.head_module.head
@@ -322,7 +326,7 @@ class FeatureDraft(LanguageModel):
             drafted, laws, last = torch.ops.draftverify.feature_draft_block(
                 tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], mask, kv.keys, kv.values,
                 kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block, length,
-                temperature, generator)  # [B, L], [B, L, N], [B, E]
+                temperature, top_k, top_p, generator)  # [B, L], [B, L, N], [B, E]
             kv.advance(fed)
         _count_exact(cache, exact, None, size)
         cache.append(drafted[:, :-1], None, [length - 1] * rows)

@@ -1,7 +1,8 @@
 // A feature draft's block of L drafted tokens in one call (draftverify.models.feature_draft,
 // FeatureDraft.sample_block): the forward over the chunk of tokens it has not seen, with the target's
 // features, then L - 1 forwards of one drafted token each, with its own last feature, and after every
-// forward the draw of the next token from softmax(logits / temperature) over its token subset.
+// forward the draw of the next token from the law warped as draftverify.probs.warp warps it
+// (temperature, then top-k, then top-p) over its token subset.
 //
 // The same operations as the Python loop (FeatureDraft._forward, Decoder.draft_positions, warp,
 // sample) in the same order, each the same kernel: the products and the layer loop of
@@ -14,16 +15,26 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/div.h>
+#include <ATen/ops/ge.h>
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/lt.h>
+#include <ATen/ops/masked_fill.h>
 #include <ATen/ops/minimum.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/rms_norm.h>
+#include <ATen/ops/scatter.h>
 #include <ATen/ops/searchsorted.h>
+#include <ATen/ops/sort.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/topk.h>
+#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/_softmax.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -42,6 +53,27 @@ at::Tensor inverse_cdf(const at::Tensor& probs, const at::Tensor& uniforms) {
   return at::minimum(index, reached).select(1, 0);
 }
 
+// probs.warp's arithmetic on logits [B, N] with temperature > 0: the scores logits / temperature,
+// those below the top_k-th largest set to -inf, the softmax, then the tokens whose sorted mass
+// before them reaches top_p set to zero and the rest renormalised (each step only where it removes
+// something: top_k < N, top_p < 1).
+at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int64_t> top_k, std::optional<double> top_p) {
+  at::Tensor scores = temperature != 1.0 ? at::div(logits, temperature) : logits;
+  if (top_k && *top_k < scores.size(-1)) {
+    const at::Tensor kth = std::get<0>(at::topk(scores, *top_k, -1)).narrow(-1, *top_k - 1, 1);
+    scores = scores.masked_fill(at::lt(scores, kth), -std::numeric_limits<double>::infinity());
+  }
+  at::Tensor probs = at::_softmax(scores, -1, false);
+  if (top_p && *top_p < 1.0) {
+    const auto [sorted, order] = at::sort(probs, -1, true);
+    const at::Tensor before = at::sub(at::cumsum(sorted, -1), sorted);
+    const at::Tensor drop = at::zeros_like(before, before.options().dtype(at::kBool)).scatter_(-1, order, at::ge(before, *top_p));
+    probs = probs.masked_fill(drop, 0.0);
+    probs = at::div(probs, probs.sum(-1, true));
+  }
+  return probs;
+}
+
 // tokens [B, m] (the chunk) with features [B, m, E] (f_{j-1} of each position), then L - 1 drafted
 // tokens: returns the L drafted token ids [B, L], their laws over the subset [B, L, N] and the last
 // position's feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; `mask`
@@ -54,11 +86,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     c10::ArrayRef<double> eps, at::IntArrayRef kind, at::TensorList weights,
     const c10::List<std::optional<at::Tensor>>& scales, const c10::List<std::optional<at::Tensor>>& offsets,
     const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef outputs, int64_t length, double temperature,
-    std::optional<at::Generator> generator) {
+    std::optional<int64_t> top_k, std::optional<double> top_p, std::optional<at::Generator> generator) {
   TORCH_CHECK(kind.size() == 6 && weights.size() == 6 && scales.size() == 6 && offsets.size() == 6 &&
                   biases.size() == 6 && outputs.size() == 6 && norms.size() == 3 && eps.size() == 3 && keys.size() == 1,
               "feature_draft_block: fc, four layer products and the output layer; two layer norms and the final one");
-  TORCH_CHECK(length >= 1 && temperature > 0, "feature_draft_block: length >= 1 and temperature > 0");
+  TORCH_CHECK(length >= 1 && temperature > 0 && (!top_k || *top_k >= 1) && (!top_p || (*top_p > 0 && *top_p <= 1)),
+              "feature_draft_block: length >= 1, temperature > 0, top_k >= 1, top_p in (0, 1]");
   const int64_t rows = tokens.size(0), width = embedding.size(1);
   const auto layer_list = [](const c10::List<std::optional<at::Tensor>>& list) {
     c10::List<std::optional<at::Tensor>> layer;
@@ -85,7 +118,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
                                                    weights[5], scales.get(5), offsets.get(5), biases.get(5), outputs[5]);
     TORCH_CHECK(logits.amax(-1).isfinite().all().item<bool>(),
                 "feature_draft_block: a row has a NaN, a +inf, or no finite logit");
-    const at::Tensor probs = at::_softmax(temperature != 1.0 ? at::div(logits, temperature) : logits, -1, false);  // [B, N]
+    const at::Tensor probs = warp(logits, temperature, top_k, top_p);  // [B, N]
     const at::Tensor token = support.index_select(0, inverse_cdf(probs, at::rand({rows}, generator, at::kDouble)));
     drafted.push_back(token);
     laws.push_back(probs);
@@ -102,6 +135,6 @@ TORCH_LIBRARY_FRAGMENT(draftverify, m) {
   m.def("feature_draft_block(Tensor tokens, Tensor features, Tensor embedding, Tensor support, Tensor cos, Tensor sin, "
         "Tensor? mask, Tensor[] keys, Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, "
         "float[] eps, int[] kind, Tensor[] weights, Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs, "
-        "int length, float temperature, Generator? generator) -> (Tensor, Tensor, Tensor)",
+        "int length, float temperature, int? top_k, float? top_p, Generator? generator) -> (Tensor, Tensor, Tensor)",
         &feature_draft_block);
 }
