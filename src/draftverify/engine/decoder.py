@@ -192,11 +192,11 @@ class Decoder:
         """``length`` drafted tokens per row of ``chunk`` [N, m]: tokens [N, L] and their warped
         draft laws [N, L, V] (x_L itself is never fed to the draft). A draft with a compiled block
         (:meth:`~draftverify.models.base.LanguageModel.sample_block`) draws the same in one call where
-        no row is padded and the temperature is above 0."""
+        the temperature is above 0."""
         config = self.config
-        if valid is None and config.temperature > 0:
+        if config.temperature > 0:
             block = self.draft.sample_block(self.draft_cache, chunk, length, config.temperature, self.generator,
-                                            config.top_k, config.top_p)
+                                            config.top_k, config.top_p, valid)
             if block is not None:
                 return block
         positions = list(itertools.islice(self.draft_positions(chunk, valid), length))

@@ -180,12 +180,13 @@ class LanguageModel(ABC):
         return logits.new_full((rows, num_logits, self.vocab_size), float("-inf")).index_copy_(2, self.support, logits)
 
     def sample_block(self, cache: Cache, tokens: torch.Tensor, length: int, temperature: float,
-                     generator: torch.Generator | None, top_k: int | None = None,
-                     top_p: float | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Append ``tokens`` [B, m] (no padding), then draft ``length`` tokens in one call: each drawn
-        from the logits after the position before it, warped by ``temperature`` (> 0), ``top_k`` and
-        ``top_p`` as :func:`~draftverify.probs.warp` warps them, and fed, all but the last. Returns the drafted tokens [B, L] and their laws [B, L, V]: what the decoder's loop of
-        forwards (:meth:`~draftverify.engine.decoder.Decoder.draft_positions`) draws from
+                     generator: torch.Generator | None, top_k: int | None = None, top_p: float | None = None,
+                     valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Append ``tokens`` [B, m] (``valid`` as :meth:`forward`'s), then draft ``length`` tokens in
+        one call: each drawn from the logits after the position before it, warped by ``temperature``
+        (> 0), ``top_k`` and ``top_p`` as :func:`~draftverify.probs.warp` warps them, and fed, all but
+        the last. Returns the drafted tokens [B, L] and their laws [B, L, V]: what the decoder's loop
+        of forwards (:meth:`~draftverify.engine.decoder.Decoder.draft_positions`) draws from
         ``generator``, bit for bit, with the cache left as that loop leaves it. None (the default):
         this model has no such call, and the cache is untouched."""
         return None

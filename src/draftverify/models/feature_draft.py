@@ -293,17 +293,20 @@ class FeatureDraft(LanguageModel):
         return subset.view(rows, num_logits, -1)  # over the support: zero draft probability outside it
 
     def sample_block(self, cache: Cache, tokens: torch.Tensor, length: int, temperature: float,
-                     generator: torch.Generator | None, top_k: int | None = None,
-                     top_p: float | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+                     generator: torch.Generator | None, top_k: int | None = None, top_p: float | None = None,
+                     valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """:meth:`LanguageModel.sample_block` in one compiled call (``csrc/feature_draft.cpp``: the
         forwards of :meth:`_forward`, the warping and draws of the decoder's loop, the same kernels in
-        the same order), where the products and the layer run compiled, no row is padded, the block
-        fits the context and no hook watches the output layer (SPRINTER's tap reads it); else None.
-        The drafted positions read the draft's own features (their previous positions are beyond what
-        the target has scored), so only the chunk's count towards ``exact``. ``ValueError`` for
-        ``tokens`` not [B, m >= 1], ``length`` < 1, ``temperature`` <= 0 and a ``top_k`` or
-        ``top_p`` that :func:`~draftverify.probs.warp` refuses."""
+        the same order, a ragged batch's positions, masks and padding as :meth:`forward` makes them),
+        where the products and the layer run compiled, the block fits the context and no hook watches
+        the output layer (SPRINTER's tap reads it); else None. The drafted positions read the draft's
+        own features (their previous positions are beyond what the target has scored), so only the
+        chunk's count towards ``exact``. ``ValueError`` for ``tokens`` not [B, m >= 1], ``valid`` not
+        of its shape, ``length`` < 1, ``temperature`` <= 0 and a ``top_k`` or ``top_p`` that
+        :func:`~draftverify.probs.warp` refuses."""
         check_tokens(cache, tokens)
+        if valid is not None and tuple(valid.shape) != tuple(tokens.shape):
+            raise ValueError(f"valid: expected shape {tuple(tokens.shape)}, got {tuple(valid.shape)}")
         if length < 1:
             raise ValueError(f"length must be >= 1, got {length}")
         if not temperature > 0:
@@ -311,26 +314,40 @@ class FeatureDraft(LanguageModel):
         warp(torch.zeros(1, 2), temperature, top_k, top_p)  # raises on bad warping options
         rows, size = tokens.shape
         fed = size + length - 1  # the chunk, then every drafted token but the last
+        counts = [size] * rows if valid is None else valid.sum(1).tolist()
         head = self.head_module.head
-        if self.compiled_block is None or cache.holes or head._forward_hooks \
-                or head._forward_pre_hooks or max(cache.held) + fed > (self.max_length or math.inf):
+        if self.compiled_block is None or head._forward_hooks or head._forward_pre_hooks \
+                or max(h + n for h, n in zip(cache.held, counts)) + length - 1 > (self.max_length or math.inf):
             return None
-        backend, kv, start = cache.backend, cache.backend.kv, cache.width
-        cache.append(tokens, None, [size] * rows)
-        positions = torch.arange(start, start + fed).expand(rows, fed)  # [B, m + L - 1]
+        backend, kv = cache.backend, cache.backend.kv
+        holes = valid is not None or cache.holes
+        ahead = torch.arange(1, length)  # the drafted tokens fed after the chunk, one position each
+        if holes:  # each row's own positions, as forward counts them
+            steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)
+            chunk = (torch.tensor(cache.held)[:, None] + steps - 1).clamp(min=0)  # [B, m]
+            positions = torch.cat([chunk, chunk[:, -1:] + ahead], 1)  # [B, m + L - 1]
+        else:
+            positions = torch.arange(cache.width, cache.width + fed).expand(rows, fed)
+        cache.append(tokens, valid, counts)
+        if holes:  # the masks and padding _forward gives the layer, forward by forward
+            slots = torch.cat([cache.valid, cache.valid.new_ones(rows, length - 1)], 1)  # [B, T + L - 1]
+            width = cache.width
+            masks = [slot_mask(slots[:, : width + i], 1 if i else size) for i in range(length)]
+            valids = [cache.valid[:, -size:]] + [slots.new_ones(rows, 1)] * (length - 1)
+        else:
+            masks, valids = [causal_mask(size, cache.width) if size > 1 else None] + [None] * (length - 1), [None] * length
         with torch.inference_mode():
             features, exact = self._features(cache, positions[:, :size])  # [B, m, E], [B, m]
             cos, sin = self.layer.rotary(features, positions)  # [B, m + L - 1, D] each
-            mask = causal_mask(size, cache.width) if size > 1 else None
             kv.reserve(fed)
             drafted, laws, last = torch.ops.draftverify.feature_draft_block(
-                tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], mask, kv.keys, kv.values,
-                kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block, length,
-                temperature, top_k, top_p, generator)  # [B, L], [B, L, N], [B, E]
+                tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], masks, valids, kv.keys,
+                kv.values, kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block,
+                length, temperature, top_k, top_p, generator)  # [B, L], [B, L, N], [B, E]
             kv.advance(fed)
-        _count_exact(cache, exact, None, size)
+        _count_exact(cache, exact, valids[0], size)
         cache.append(drafted[:, :-1], None, [length - 1] * rows)
-        backend.last, backend.last_position = last, [start + fed - 1] * rows
+        backend.last, backend.last_position = last, positions[:, -1].tolist()
         return drafted, laws.new_zeros((rows, length, self.vocab_size)).index_copy_(2, self.support, laws)
 
     def get_output_embeddings(self) -> nn.Linear:

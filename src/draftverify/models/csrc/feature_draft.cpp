@@ -76,12 +76,14 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
 
 // tokens [B, m] (the chunk) with features [B, m, E] (f_{j-1} of each position), then L - 1 drafted
 // tokens: returns the L drafted token ids [B, L], their laws over the subset [B, L, N] and the last
-// position's feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; `mask`
-// [m, start + m] is the chunk's (None for one token). Products 0 and 5 of the flat lists are fc and
+// position's feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; forward i
+// (0: the chunk) attends by masks[i] and skips the padding valids[i] marks, as FeatureDraft._forward
+// passes them to the layer (None where nothing is padded and the query is one token). Products 0 and 5 of the flat lists are fc and
 // the output layer, 1-4 the layer's (llama_layers.cpp); norms: the layer's two, then the final one.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const at::Tensor& tokens, const at::Tensor& features, const at::Tensor& embedding, const at::Tensor& support,
-    const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask, at::TensorList keys,
+    const at::Tensor& cos, const at::Tensor& sin, const c10::List<std::optional<at::Tensor>>& masks,
+    const c10::List<std::optional<at::Tensor>>& valids, at::TensorList keys,
     at::TensorList values, int64_t start, int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms,
     c10::ArrayRef<double> eps, at::IntArrayRef kind, at::TensorList weights,
     const c10::List<std::optional<at::Tensor>>& scales, const c10::List<std::optional<at::Tensor>>& offsets,
@@ -90,6 +92,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
   TORCH_CHECK(kind.size() == 6 && weights.size() == 6 && scales.size() == 6 && offsets.size() == 6 &&
                   biases.size() == 6 && outputs.size() == 6 && norms.size() == 3 && eps.size() == 3 && keys.size() == 1,
               "feature_draft_block: fc, four layer products and the output layer; two layer norms and the final one");
+  TORCH_CHECK(static_cast<int64_t>(masks.size()) == length && static_cast<int64_t>(valids.size()) == length,
+              "feature_draft_block: a mask and a valid for each of the length forwards");
   TORCH_CHECK(length >= 1 && temperature > 0 && (!top_k || *top_k >= 1) && (!top_p || (*top_p > 0 && *top_p <= 1)),
               "feature_draft_block: length >= 1, temperature > 0, top_k >= 1, top_p in (0, 1]");
   const int64_t rows = tokens.size(0), width = embedding.size(1);
@@ -109,7 +113,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
                                               offsets.get(0), biases.get(0), outputs[0]).view({rows, size, width});
     const int64_t first = position - start;  // this forward's angles
     const at::Tensor layers = draftverify::llama_layers(
-        x, cos.narrow(2, first, size), sin.narrow(2, first, size), i == 0 ? mask : std::nullopt, std::nullopt, keys,
+        x, cos.narrow(2, first, size), sin.narrow(2, first, size), masks.get(i), valids.get(i), keys,
         values, position, heads, kv_heads, head_dim, norms.slice(0, 2), eps.slice(0, 2), kind.slice(1, 4),
         weights.slice(1, 4), layer_scales, layer_offsets, layer_biases, outputs.slice(1, 4));
     const at::Tensor hidden = at::rms_norm(layers, {width}, norms[2], eps[2]);  // [B, S, E]
@@ -133,7 +137,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
 
 TORCH_LIBRARY_FRAGMENT(draftverify, m) {
   m.def("feature_draft_block(Tensor tokens, Tensor features, Tensor embedding, Tensor support, Tensor cos, Tensor sin, "
-        "Tensor? mask, Tensor[] keys, Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, "
+        "Tensor?[] masks, Tensor?[] valids, Tensor[] keys, Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, "
         "float[] eps, int[] kind, Tensor[] weights, Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs, "
         "int length, float temperature, int? top_k, float? top_p, Generator? generator) -> (Tensor, Tensor, Tensor)",
         &feature_draft_block);
