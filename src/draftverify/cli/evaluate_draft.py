@@ -40,7 +40,7 @@ def evaluate_draft(
     chat: Annotated[int, typer.Option(min=0, help="Held-out standard-library chat prompts (chat_prompts('heldout', 0)).")] = 32,
     humaneval: Annotated[int, typer.Option(min=0, help="HumanEval prompts, the first N, as chat messages.")] = 32,
     source: Annotated[int, typer.Option(min=0, help="Held-out standard-library source windows, scored teacher-forced "
-                                                   "without the chat template.")] = 32,
+                                                   "without the chat template.")] = 48,
     context: Annotated[int, typer.Option(min=1, help="Each prompt keeps its last N tokens.")] = 192,
     tokens: Annotated[int, typer.Option(min=1, help="Tokens per answer (the target's, sampled) and per engine run.")] = 128,
     seed: Annotated[int, typer.Option(min=0, help="Answer i is sampled with seed SEED + i.")] = 100,
