@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Cache", "LanguageModel", "HistoryModel", "check_tokens"]
+__all__ = ["Cache", "LanguageModel", "HistoryModel", "check_tokens", "chunk_positions"]
 
 
 _COUNT = torch.arange(1024)  # 0, 1, 2, ...: positions are slices of it (no tensor made per call)
@@ -37,6 +37,17 @@ def _counting(stop: int) -> torch.Tensor:
     if stop > count.numel():
         count = _COUNT = torch.arange(max(stop, 2 * count.numel()))
     return count
+
+
+def chunk_positions(cache: Cache, rows: int, size: int, valid: torch.Tensor | None) -> torch.Tensor:
+    """The positions [B, S] of a chunk of ``size`` tokens (``valid`` [B, S] or None) appended next to
+    ``cache``: each row counts its own valid slots; a padding slot takes its neighbour's position."""
+    start = cache.width
+    if valid is None and not cache.holes:  # every row holds `start` tokens
+        return _counting(start + size).narrow(0, start, size).expand(rows, size)  # read-only
+    held = torch.tensor(cache.held)[:, None]  # [B, 1]
+    steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)  # [B, S] or [S]
+    return (held + steps - 1).clamp(min=0)
 
 
 class Cache:
@@ -166,13 +177,7 @@ class LanguageModel(ABC):
         counts = [size] * rows if valid is None else valid.sum(1).tolist()  # new valid slots per row
         if self.max_length is not None and max(h + n for h, n in zip(cache.held, counts)) > self.max_length:
             raise ValueError(f"sequence longer than the model's context of {self.max_length} tokens")
-        start = cache.width
-        if valid is None and not cache.holes:  # every row holds `start` tokens
-            positions = _counting(start + size).narrow(0, start, size).expand(rows, size)  # [B, S], read-only
-        else:
-            held = torch.tensor(cache.held)[:, None]  # [B, 1]
-            steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)  # [B, S] or [S]
-            positions = (held + steps - 1).clamp(min=0)  # [B, S]; padding takes its neighbour's
+        positions = chunk_positions(cache, rows, size, valid)  # [B, S]
         cache.append(tokens, valid, counts)
         logits = self._forward(cache, tokens, positions, cache.holes, num_logits)
         if self.support is None or on_support:

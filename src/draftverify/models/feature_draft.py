@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..probs import warp
-from .base import Cache, LanguageModel, check_tokens
+from .base import Cache, LanguageModel, check_tokens, chunk_positions
 from .gpt2 import Linear, output_logits
 from .hf import TransformersModel
 from .llama import compiled_layers, compiled_products, layer_weights, llama_layers
@@ -321,13 +321,8 @@ class FeatureDraft(LanguageModel):
             return None
         backend, kv = cache.backend, cache.backend.kv
         holes = valid is not None or cache.holes
-        ahead = torch.arange(1, length)  # the drafted tokens fed after the chunk, one position each
-        if holes:  # each row's own positions, as forward counts them
-            steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)
-            chunk = (torch.tensor(cache.held)[:, None] + steps - 1).clamp(min=0)  # [B, m]
-            positions = torch.cat([chunk, chunk[:, -1:] + ahead], 1)  # [B, m + L - 1]
-        else:
-            positions = torch.arange(cache.width, cache.width + fed).expand(rows, fed)
+        chunk = chunk_positions(cache, rows, size, valid)  # [B, m], as forward counts them
+        positions = torch.cat([chunk, chunk[:, -1:] + torch.arange(1, length)], 1)  # [B, m + L - 1]
         cache.append(tokens, valid, counts)
         if holes:  # the masks and padding _forward gives the layer, forward by forward
             slots = torch.cat([cache.valid, cache.valid.new_ones(rows, length - 1)], 1)  # [B, T + L - 1]

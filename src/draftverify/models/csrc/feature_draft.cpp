@@ -78,8 +78,9 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
 // tokens: returns the L drafted token ids [B, L], their laws over the subset [B, L, N] and the last
 // position's feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; forward i
 // (0: the chunk) attends by masks[i] and skips the padding valids[i] marks, as FeatureDraft._forward
-// passes them to the layer (None where nothing is padded and the query is one token). Products 0 and 5 of the flat lists are fc and
-// the output layer, 1-4 the layer's (llama_layers.cpp); norms: the layer's two, then the final one.
+// passes them to the layer (None where nothing is padded and the query is one token). Products 0
+// and 5 of the flat lists are fc and the output layer, 1-4 the layer's (llama_layers.cpp); norms:
+// the layer's two, then the final one.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const at::Tensor& tokens, const at::Tensor& features, const at::Tensor& embedding, const at::Tensor& support,
     const at::Tensor& cos, const at::Tensor& sin, const c10::List<std::optional<at::Tensor>>& masks,
