@@ -49,9 +49,10 @@ from .feature_draft import CALIBRATION, draft_passes
 from .measure import humaneval_prompts
 from .teacher import chat_prompts, source_windows
 
-__all__ = ["SOURCE_CONTEXT", "TEMPERATURES", "HeldoutSettings", "TargetPass", "ahead_acceptance", "ahead_rows", "calibration_prompts",
-           "engine_acceptance", "engine_runs", "evaluate_drafts", "fit_temperature", "heldout_prompts", "sample_answers",
-           "set_output_temperature", "source_acceptance", "step_start_acceptance", "step_starts", "target_pass"]
+__all__ = ["SOURCE_CONTEXT", "TEMPERATURES", "HeldoutSettings", "TargetPass", "ahead_acceptance", "ahead_rows",
+           "calibration_prompts", "engine_acceptance", "engine_runs", "evaluate_drafts", "fit_temperature", "heldout_prompts",
+           "sample_answers", "set_output_temperature", "source_acceptance", "step_start_acceptance", "step_starts",
+           "target_pass"]
 
 TEMPERATURES = tuple(round(0.6 + 0.05 * i, 2) for i in range(13))  # 0.6, 0.65, ..., 1.2
 SOURCE_CONTEXT = 32  # the prompt of a held-out source window; the next ``tokens`` are scored
