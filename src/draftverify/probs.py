@@ -16,6 +16,7 @@ import torch
 __all__ = [
     "as_tensor",
     "check_distributions",
+    "check_warping",
     "sum_tolerance",
     "warp",
 ]
@@ -92,12 +93,7 @@ def warp(
     empty ``logits``, and a row of ``logits`` with a NaN, a +inf, or no finite entry (its
     probabilities would be NaN); -inf entries beside finite ones are masked tokens.
     """
-    if not _is_real(temperature) or not (temperature >= 0 and math.isfinite(temperature)):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
-    if top_p is not None and (not _is_real(top_p) or not (0 < top_p <= 1)):
-        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    check_warping(temperature, top_k, top_p)
     logits = as_tensor(logits, "logits")
     if logits.dim() == 0 or logits.shape[-1] == 0:
         raise ValueError(f"logits: expected shape [..., V] with V >= 1, got {tuple(logits.shape)}")
@@ -123,6 +119,17 @@ def warp(
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def check_warping(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """``ValueError`` naming the setting unless :func:`warp` takes it: ``temperature`` a finite
+    number >= 0, ``top_k`` None or an int >= 1, ``top_p`` None or a number in (0, 1]."""
+    if not _is_real(temperature) or not (temperature >= 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    if top_p is not None and (not _is_real(top_p) or not (0 < top_p <= 1)):
+        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
 
 
 def _is_real(value) -> bool:

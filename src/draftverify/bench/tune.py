@@ -56,7 +56,7 @@ from ..engine import PREFIX_DRAFT_ONLY, generate, generate_batch, refuses_draft
 from ..engine.pending import pending_tokens
 from ..models.base import LanguageModel
 from ..ot import optimal_acceptance
-from ..probs import warp
+from ..probs import check_warping, warp
 from ..theory import kseq_position_law, maximal_acceptance, selection_position_law
 from ..theory.tuning import (
     StepCosts,
@@ -118,7 +118,7 @@ class TuneSettings:
             raise ValueError("max_draft_length and repeats must be >= 1, max_new_tokens >= 2")
         if not self.num_drafts or min(self.num_drafts) < 2:
             raise ValueError(f"num_drafts: the multi-draft methods' K must be >= 2, got {self.num_drafts}")
-        warp(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)  # bad warping raises here
+        check_warping(self.temperature, self.top_k, self.top_p)
 
     def for_draft(self, draft: LanguageModel) -> TuneSettings:
         """These settings with ``methods`` resolved for ``draft``. A verifier exact only for a draft

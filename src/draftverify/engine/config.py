@@ -6,9 +6,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from ..probs import warp
+from ..probs import check_warping
 from ..verify import MethodSpec, Verifier, get_verifier, parse_method
 from .draft_length import DraftLengthPolicy, draft_length_policy
 
@@ -64,7 +62,7 @@ class DecodeConfig:
         if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool) \
                 or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
             raise ValueError(f"seed must be an int in [{SEED_RANGE[0]}, 2**64 - 1], got {self.seed!r}")
-        warp(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)  # raises on bad warping options
+        check_warping(self.temperature, self.top_k, self.top_p)
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if any(not isinstance(s, str) or not s for s in self.stop):

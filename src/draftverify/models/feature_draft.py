@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..probs import warp
+from ..probs import check_warping
 from .base import Cache, LanguageModel, check_tokens, chunk_positions
 from .gpt2 import Linear, output_logits
 from .hf import TransformersModel
@@ -311,7 +311,7 @@ class FeatureDraft(LanguageModel):
             raise ValueError(f"length must be >= 1, got {length}")
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0 (a draw from the warped logits), got {temperature}")
-        warp(torch.zeros(1, 2), temperature, top_k, top_p)  # raises on bad warping options
+        check_warping(temperature, top_k, top_p)
         rows, size = tokens.shape
         fed = size + length - 1  # the chunk, then every drafted token but the last
         counts = [size] * rows if valid is None else valid.sum(1).tolist()
