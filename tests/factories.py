@@ -107,13 +107,14 @@ def tiny_pair(vocab: int, *, tokenizer: Any = None, **options: Any) -> tuple[Tra
     return TransformersModel(target, tokenizer), TransformersModel(draft)
 
 
-def tiny_feature_pair(vocab: int, subset: torch.Tensor, *, seed: int = 0,
-                      quantize: str | None = None) -> tuple[TransformersModel, FeatureDraft]:
-    """A tiny Llama target and a random feature draft for it over the tokens ``subset`` (float32 by
-    default: compared with the head's own forward; the shipped default is int8)."""
+def tiny_feature_pair(vocab: int, subset: torch.Tensor, *, seed: int = 0, quantize: str | None = None,
+                      layers: int = 1) -> tuple[TransformersModel, FeatureDraft]:
+    """A tiny Llama target and a random feature draft of ``layers`` decoder layers for it over the
+    tokens ``subset`` (float32 by default: compared with the head's own forward; the shipped
+    default is int8)."""
     target = TransformersModel(tiny_causal_lm(vocab, arch="llama", dtype=torch.float32, seed=seed))
     torch.manual_seed(seed + 1)
-    head = FeatureHead(target.model.config, subset)
+    head = FeatureHead(target.model.config, subset, layers)
     with torch.no_grad():
         for parameter in head.parameters():
             parameter.add_(torch.randn_like(parameter))  # far from the default init: every term matters

@@ -54,6 +54,12 @@ def test_a_head_needs_distinct_sorted_token_ids(vocab):
         FeatureHead(target.model.config, torch.tensor(vocab, dtype=torch.int64))
 
 
+def test_a_head_needs_a_decoder_layer():
+    target, _ = tiny_feature_pair(VOCAB, SUBSET)
+    with pytest.raises(ValueError, match="layers"):
+        FeatureHead(target.model.config, SUBSET, 0)
+
+
 @pytest.mark.parametrize("warping", [{}, {"temperature": 0.7, "top_k": 4}, {"top_p": 0.8}, {"temperature": 0.0}])
 def test_drafting_over_the_support_draws_what_the_whole_vocabulary_draws(warping):
     # the decoder warps and samples over the support, then writes zeros elsewhere: the same laws
@@ -76,10 +82,11 @@ def test_drafting_over_the_support_draws_what_the_whole_vocabulary_draws(warping
     assert torch.all(probs[..., outside] == 0) and bool(torch.isin(tokens, SUBSET).all())
 
 
-def test_the_draft_reads_the_targets_features_of_the_previous_position():
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_draft_reads_the_targets_features_of_the_previous_position(layers):
     # through the caches, position j reads the target's feature at j - 1: the same logits as the
     # head's teacher-forced forward over the target's own final hidden states
-    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers)
     tokens = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     target_cache = target.new_cache(1)
     target.forward(target_cache, tokens[:, :-1])  # the target has scored all but the last token
@@ -89,7 +96,8 @@ def test_the_draft_reads_the_targets_features_of_the_previous_position():
         assert torch.allclose(target_cache.backend.features, features[:, :-1], atol=1e-5)
         previous = torch.nn.functional.pad(features[:, :-1], (0, 0, 1, 0))
         expected = draft.head_module.head(draft.head_module(target.model.get_input_embeddings()(tokens), previous))[0]
-    assert torch.allclose(logits, expected, atol=1e-4)
+    # float32 rounding, in other orders of summation, grows through each layer of these large random weights
+    assert torch.allclose(logits, expected, atol=1e-4 if layers == 1 else 5e-4)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -143,12 +151,13 @@ def test_a_feature_draft_needs_the_targets_cache():
         draft.new_cache(1)
 
 
-def test_save_and_load_keep_the_head(tmp_path):
-    _, draft = tiny_feature_pair(VOCAB, SUBSET)
+@pytest.mark.parametrize("layers", [1, 2])
+def test_save_and_load_keep_the_head(tmp_path, layers):
+    _, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers)
     draft.head_module.save(tmp_path)
     assert is_feature_draft(tmp_path) and not is_feature_draft(tmp_path / "nothing")
     loaded = FeatureHead.load(tmp_path)
-    assert torch.equal(loaded.vocab, SUBSET)
+    assert torch.equal(loaded.vocab, SUBSET) and len(loaded.layers) == layers
     for name, value in draft.head_module.state_dict().items():
         if value.is_floating_point():  # stored as float16
             assert torch.allclose(loaded.state_dict()[name], value.half().float())
@@ -215,18 +224,19 @@ def test_the_engine_refuses_a_verifier_exact_only_for_a_prefix_draft(method, num
 ONE, RAGGED = [[1, 4, 2, 9]], [[1, 4, 2, 9], [3, 5], [7, 1, 1, 6, 2, 8]]  # a ragged batch: holes in both caches
 
 
-@pytest.mark.parametrize("method,num_drafts,temperature,warping,prompts", [
-    ("sd", None, 1.0, {}, ONE), ("bv", None, 0.7, {}, ONE), ("kseq", 2, 1.0, {}, ONE),
-    ("sd", None, 1.0, dict(top_k=3), ONE), ("bv", None, 0.8, dict(top_p=0.6), ONE),
-    ("kseq", 2, 0.9, dict(top_k=4, top_p=0.8), ONE), ("sd", None, 1.0, {}, RAGGED), ("bv", None, 0.8, {}, RAGGED),
-    ("kseq", 2, 0.9, dict(top_p=0.8), RAGGED)])
+@pytest.mark.parametrize("method,num_drafts,temperature,warping,prompts,layers", [
+    ("sd", None, 1.0, {}, ONE, 1), ("bv", None, 0.7, {}, ONE, 1), ("kseq", 2, 1.0, {}, ONE, 1),
+    ("sd", None, 1.0, dict(top_k=3), ONE, 1), ("bv", None, 0.8, dict(top_p=0.6), ONE, 1),
+    ("kseq", 2, 0.9, dict(top_k=4, top_p=0.8), ONE, 1), ("sd", None, 1.0, {}, RAGGED, 1), ("bv", None, 0.8, {}, RAGGED, 1),
+    ("kseq", 2, 0.9, dict(top_p=0.8), RAGGED, 1), ("sd", None, 1.0, {}, ONE, 2), ("bv", None, 0.8, {}, RAGGED, 3)])
 def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_drafts, temperature, warping, prompts,
-                                                                  monkeypatch):
+                                                                  layers, monkeypatch):
     """csrc/feature_draft.cpp against the decoder's loop over draft.forward: the same drafted tokens
     and laws bit for bit, step after step, and the caches left alike; top-k and top-p warp as
     probs.warp does (over the draft's 7 tokens: top-k 3 and top-p 0.6 zero some of every law); a
-    ragged batch's rows (positions, masks and padding of their own) as forward takes them."""
-    target, draft = tiny_feature_pair(VOCAB, SUBSET, quantize="int8")
+    ragged batch's rows (positions, masks and padding of their own) as forward takes them; a head
+    of several decoder layers."""
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, quantize="int8", layers=layers)
     assert draft.compiled_block is not None
     compiled_calls, runs = [], []
     sample_block, draft_block = FeatureDraft.sample_block, Decoder.draft_block

@@ -122,7 +122,8 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
     config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
     train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
                 teacher=teacher, draft=config, log=lambda _: None)
-    later = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, unroll=2, seed=1, calibration=0)
+    later = FeatureDraftConfig(vocab=12, layers=2, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, unroll=2, seed=1,
+                               calibration=0)
     record = train_draft(target_folder, tmp_path / "second", tmp_path / "stage2", label_minutes=0, train_minutes=1,
                          teacher=teacher, draft=later, extra_shards=(tmp_path / "first" / "teacher",),
                          start=tmp_path / "stage1", log=lambda _: None)
@@ -130,6 +131,7 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
     before, after = FeatureHead.load(tmp_path / "stage1"), FeatureHead.load(tmp_path / "stage2")
     assert torch.equal(before.vocab, after.vocab)  # the subset is the trained draft's
     assert not torch.equal(before.fc.weight, after.fc.weight)  # trained further
+    assert (len(before.layers), len(after.layers)) == (1, 2)  # a layer added (tests/train/test_feature_draft.py)
     with pytest.raises(ValueError, match="start"):
         train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
                     teacher=teacher, draft=DraftConfig(), start=tmp_path / "stage1")
@@ -137,6 +139,10 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
         train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
                     teacher=teacher, draft=FeatureDraftConfig(vocab=10), extra_shards=(tmp_path / "first" / "teacher",),
                     start=tmp_path / "stage1")
+    with pytest.raises(ValueError, match="start: it has 2 decoder layers"):
+        train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
+                    teacher=teacher, draft=FeatureDraftConfig(vocab=12), extra_shards=(tmp_path / "first" / "teacher",),
+                    start=tmp_path / "stage2")
 
 
 def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """Training a feature draft: the later passes of the training-time test compute what the draft
-computes when it decodes, drafted position by drafted position."""
+computes when it decodes, drafted position by drafted position; a deepened head drafts as the head
+it grew from."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftverify.train.feature_draft import draft_ahead_mask, draft_passes
+from draftverify.train.feature_draft import deepen, draft_ahead_mask, draft_passes
 from tests.factories import tiny_feature_pair
 
 VOCAB = 11
@@ -15,9 +16,9 @@ SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
 TOKENS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 0, 7]])
 
 
-@pytest.mark.parametrize("ahead", [1, 2, 3])
-def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead):
-    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+@pytest.mark.parametrize("ahead,layers", [(1, 1), (2, 1), (3, 1), (2, 2)])
+def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead, layers):
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers)
     j = TOKENS.shape[1] - 1  # the position drafted `ahead` steps after the target's last scored one
     target_cache = target.new_cache(1)
     target.forward(target_cache, TOKENS[:, : j - ahead])  # the target has scored positions < j - ahead
@@ -41,3 +42,22 @@ def test_the_first_pass_is_causal_and_each_query_sees_its_own_key():
     assert mask[8 + 3].nonzero().flatten().tolist() == [0, 1, 6, 11]  # two ahead at 3: 0..1, pass 1 at 2, itself
     with pytest.raises(ValueError, match="passes"):
         draft_ahead_mask(4, 0)
+
+
+def test_a_deepened_head_drafts_as_the_head_it_grew_from_until_trained():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    head = draft.head_module
+    deeper = deepen(head, 3, seed=1)
+    assert len(deeper.layers) == 3 and torch.equal(deeper.vocab, head.vocab)
+    embedded = target.model.get_input_embeddings()(TOKENS).detach()
+    previous = torch.randn(*embedded.shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(deeper(embedded, previous), head(embedded, previous))  # the new layers pass x through
+        new = deeper.layers[1]
+        assert new.self_attn.q_proj.weight.abs().sum() > 0 and new.mlp.up_proj.weight.abs().sum() > 0  # the rest drawn
+    with torch.no_grad():
+        deeper.layers[2].mlp.down_proj.weight.normal_()  # trained: the new layers count
+        assert not torch.allclose(deeper(embedded, previous), head(embedded, previous))
+    assert len(deepen(head, 1).layers) == 1
+    with pytest.raises(ValueError, match="layers: the head has 3"):
+        deepen(deeper, 2)

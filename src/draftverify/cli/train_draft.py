@@ -21,7 +21,7 @@ def train_draft(
                                                                 "(--kind feature).")] = 0.0,
     train_minutes: Annotated[float, typer.Option(min=0.0, help="Wall-clock budget of the distillation.")] = 35.0,
     steps: Annotated[int, typer.Option(min=1, help="Training steps (the learning-rate schedule's length).")] = 3000,
-    kind: Annotated[str, typer.Option(help="'feature': a one-layer head on the target's hidden states (EAGLE); "
+    kind: Annotated[str, typer.Option(help="'feature': a head of decoder layers (--layers) on the target's hidden states (EAGLE); "
                                            "'llama': a small Llama distilled on the answers; 'ngram': an "
                                            "n-gram drafter counted on the answers.")] = "feature",
     order: Annotated[int, typer.Option(min=1, max=4, help="The n-gram drafter's order (--kind ngram).")] = 4,
@@ -38,6 +38,9 @@ def train_draft(
                                              show_default="1e-3")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up steps (--kind feature).",
                                                show_default="50")] = None,
+    layers: Annotated[int | None, typer.Option(min=1, help="Decoder layers of the feature head; with --from, layers "
+                                                           "beyond the start's are added, each starting as the "
+                                                           "identity (--kind feature).", show_default="1")] = None,
     unroll: Annotated[int | None, typer.Option(min=1, help="Passes of the training-time test: 2 also trains the "
                                                            "second drafted position (--kind feature).",
                                                show_default="1")] = None,
@@ -55,7 +58,7 @@ def train_draft(
     from ..train.ngram import NGramConfig
     from ..train.teacher import TeacherConfig
 
-    schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, unroll=unroll, seed=seed,
+    schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, layers=layers, unroll=unroll, seed=seed,
                                                      calibration=calibration).items() if v is not None}
     configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule),
                "llama": lambda: DraftConfig(steps=steps), "ngram": lambda: NGramConfig(order=order)}

@@ -1,10 +1,11 @@
-"""A feature draft: one decoder layer that drafts from the target's own last hidden states.
+"""A feature draft: decoder layers that draft from the target's own last hidden states.
 
 EAGLE (Li et al. 2024, section 3, figure 6): the target's final hidden state at position j - 1
 (its *feature*, what its output layer reads) already holds most of what the next tokens need, so a
-single decoder layer predicts the next feature from it and the next token:
+single decoder layer (EAGLE's choice; a head may have more) predicts the next feature from it and
+the next token:
 
-    u_j = W_fc [e(x_j); f_{j-1}],    f^_j = norm(layer(u_1..u_j)),    D(. | x_<=j) = softmax(W f^_j),
+    u_j = W_fc [e(x_j); f_{j-1}],    f^_j = norm(layers(u_1..u_j)),    D(. | x_<=j) = softmax(W f^_j),
 
 with ``e`` the target's token embedding, ``f_{j-1}`` the target's feature where the target has
 scored position j - 1 (committed tokens) and the draft's own ``f^_{j-1}`` where it has not (the
@@ -80,10 +81,11 @@ class _Slots:
 
 
 class FeatureHead(nn.Module):
-    """The trainable part of a feature draft: ``fc`` [2E -> E], one Llama decoder layer of the
-    target's shape, a final RMS norm and the output layer over ``vocab`` (module doc)."""
+    """The trainable part of a feature draft: ``fc`` [2E -> E], ``layers`` Llama decoder layers of
+    the target's shape (EAGLE's one by default), a final RMS norm and the output layer over ``vocab``
+    (module doc)."""
 
-    def __init__(self, target_config: Any, vocab: torch.Tensor):
+    def __init__(self, target_config: Any, vocab: torch.Tensor, layers: int = 1):
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
@@ -91,13 +93,15 @@ class FeatureHead(nn.Module):
         if vocab.dim() != 1 or len(vocab) == 0 or not bool((vocab[1:] > vocab[:-1]).all()) \
                 or int(vocab[0]) < 0 or int(vocab[-1]) >= target_config.vocab_size:
             raise ValueError(f"vocab: expected distinct token ids in [0, {target_config.vocab_size}), sorted ascending")
+        if layers < 1:
+            raise ValueError(f"layers: a feature head has at least one decoder layer, got {layers}")
         super().__init__()
-        config = LlamaConfig(**{**target_config.to_dict(), "num_hidden_layers": 1})
+        config = LlamaConfig(**{**target_config.to_dict(), "num_hidden_layers": layers})
         config._attn_implementation = "sdpa"  # causal without a mask when training
         width = config.hidden_size
         self.config = config
         self.fc = nn.Linear(2 * width, width, bias=False)
-        self.layer = LlamaDecoderLayer(config, 0)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(layers))
         self.rotary = LlamaRotaryEmbedding(config)
         self.norm = LlamaRMSNorm(width, eps=config.rms_norm_eps)
         self.head = nn.Linear(width, len(vocab), bias=False)
@@ -111,8 +115,10 @@ class FeatureHead(nn.Module):
         [1, S] and the attention ``mask`` [1, 1, S, S] (True: attend)."""
         x = self.fc(torch.cat([embedded, features], -1))
         positions = torch.arange(x.shape[1])[None] if positions is None else positions
-        return self.norm(self.layer(x, attention_mask=mask, position_ids=positions,
-                                    position_embeddings=self.rotary(x, positions)))
+        angles = self.rotary(x, positions)
+        for layer in self.layers:
+            x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=angles)
+        return self.norm(x)
 
     def save(self, folder: Path) -> None:
         """``folder/feature-draft.json`` (the target's config and the subset size) and the weights."""
@@ -126,7 +132,8 @@ class FeatureHead(nn.Module):
 
         meta = json.loads((Path(folder) / _CONFIG).read_text())
         state = torch.load(Path(folder) / _WEIGHTS, weights_only=True)
-        head = cls(LlamaConfig(**meta["target_config"]), state["vocab"])
+        config = LlamaConfig(**meta["target_config"])
+        head = cls(config, state["vocab"], config.num_hidden_layers)
         head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
         return head.eval()
 
@@ -146,7 +153,7 @@ def _count_exact(cache: Cache, exact: torch.Tensor, valid: torch.Tensor | None, 
 
 @dataclass(frozen=True)
 class _Layer:
-    """What :func:`~.llama.llama_layers` reads for the draft's one layer."""
+    """What :func:`~.llama.llama_layers` reads for the draft's layers."""
 
     layers: tuple[tuple[Any, ...], ...]
     rotary: nn.Module
@@ -191,20 +198,20 @@ class FeatureDraft(LanguageModel):
             self.embedding = target.model.get_input_embeddings().weight  # [V, E]
             self.fc = Linear.of(head.fc.weight.t(), None, quantize, kernel)  # [2E, E]
             self.output = Linear.of(head.head.weight.t().contiguous(), None, quantize, kernel)  # [E, N]
-        layers = (layer_weights(head.layer, quantize, kernel),)
+        layers = tuple(layer_weights(layer, quantize, kernel) for layer in head.layers)
         self.layer = _Layer(layers, head.rotary, config.num_attention_heads, config.num_key_value_heads,
                             config.head_dim, compiled_layers(layers, config.head_dim))
         self.support = head.vocab
         self.norm_weight, self.norm_eps = head.norm.weight.detach(), head.norm.variance_epsilon
         self.norm_shape = (config.hidden_size,)
-        products = compiled_products([self.fc, *layers[0][1:3], *layers[0][4:6], self.output])
-        norms = (layers[0][0], layers[0][3])
+        products = compiled_products([self.fc, *(p for layer in layers for p in (*layer[1:3], *layer[4:6])), self.output])
+        norms = [norm for layer in layers for norm in (layer[0], layer[3])]
         # a block's angles come from one rotary call over all its positions: not for the rope types whose
         # frequencies follow the positions of the call (transformers' dynamic_rope_update)
         static_angles = getattr(head.rotary, "rope_type", "dynamic") not in ("dynamic", "longrope")
         self.compiled_block = None if self.layer.compiled is None or products is None or not static_angles else (
-            [norms[0].weight, norms[1].weight, self.norm_weight],
-            [norms[0].variance_epsilon, norms[1].variance_epsilon, self.norm_eps], *products)  # csrc/feature_draft.cpp
+            [*(norm.weight for norm in norms), self.norm_weight],
+            [*(norm.variance_epsilon for norm in norms), self.norm_eps], *products)  # csrc/feature_draft.cpp
 
     @classmethod
     def from_folder(cls, folder: str | Path, target: TransformersModel, **options: Any) -> FeatureDraft:
@@ -221,7 +228,7 @@ class FeatureDraft(LanguageModel):
         return cache
 
     def _new_backend(self, batch_size: int) -> _Backend:
-        layers, heads, head_dim = 1, self.layer.kv_heads, self.layer.head_dim
+        layers, heads, head_dim = len(self.layer.layers), self.layer.kv_heads, self.layer.head_dim
         kv = StaticKV(layers, batch_size, heads, head_dim, 0, torch.float32)
         return _Backend(kv, None, batch_size, self.embedding.shape[1])
 

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from .draft import DraftConfig, distill_draft, draft_model, load_shards
-from .feature_draft import FeatureDraftConfig, extract_features, load_feature_rows, new_head, train_feature_head
+from .feature_draft import FeatureDraftConfig, deepen, extract_features, load_feature_rows, new_head, train_feature_head
 from .ngram import NGramConfig, answer_counts, exact_acceptance, topk_acceptance, train_ngram
 from .teacher import TeacherConfig, chat_prompts, label_shards, label_source_shards, source_windows
 
@@ -42,7 +42,8 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     on ``workdir``'s shards and those of the folders ``extra_shards``, and measured on the shards
     of ``heldout`` if named: :mod:`.ngram`). A feature draft trains on ``workdir``'s shards and those
     of ``extra_shards``, from a new head or, for a further stage, from the feature draft in folder
-    ``start`` (its token subset kept). The prompts are ``chat_prompts("train", seed=teacher.seed)``;
+    ``start`` (its token subset kept; decoder layers added up to ``draft.layers``, each starting as
+    the identity: :func:`.feature_draft.deepen`). The prompts are ``chat_prompts("train", seed=teacher.seed)``;
     a feature draft also trains on ``workdir/source``, plain source windows labelled teacher-forced
     for ``source_minutes`` after the answers (:func:`.teacher.label_source_shards` over
     ``source_windows(..., seed=teacher.seed)``). Returns what ``training.json`` records."""
@@ -82,8 +83,12 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
         if not rows:
             raise FileNotFoundError(f"{', '.join(map(str, folders))}: no teacher shards (label some: label_minutes)")
         model = new_head(target.model, rows, draft) if start is None else FeatureHead.load(start)
-        if start is not None and model.vocab.numel() != draft.vocab:
-            raise ValueError(f"start: its subset has {model.vocab.numel()} tokens, the settings ask for {draft.vocab}")
+        if start is not None:
+            if model.vocab.numel() != draft.vocab:
+                raise ValueError(f"start: its subset has {model.vocab.numel()} tokens, the settings ask for {draft.vocab}")
+            if len(model.layers) > draft.layers:
+                raise ValueError(f"start: it has {len(model.layers)} decoder layers, the settings ask for {draft.layers}")
+            model = deepen(model, draft.layers, draft.seed)  # the new layers start as the identity
         figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline)
         calibration = _calibrate(target, model, draft.calibration, log) if draft.calibration else None
         model.save(output)

@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from ..models.feature_draft import FeatureHead
 from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
-__all__ = ["CALIBRATION", "FeatureDraftConfig", "draft_ahead_mask", "draft_passes", "extract_features", "frequent_tokens",
-           "load_feature_rows", "train_feature_head", "write_features"]
+__all__ = ["CALIBRATION", "FeatureDraftConfig", "deepen", "draft_ahead_mask", "draft_passes", "extract_features",
+           "frequent_tokens", "load_feature_rows", "train_feature_head", "write_features"]
 
 
 CALIBRATION = slice(64, 96)  # the held-out chat prompts a draft is calibrated on; an evaluation reads at most the first 64
@@ -53,6 +53,7 @@ class FeatureDraftConfig:
     """The subset size and the training schedule."""
 
     vocab: int = 8192
+    layers: int = 1
     batch_size: int = 8
     lr: float = 1e-3
     warmup: int = 50
@@ -65,8 +66,9 @@ class FeatureDraftConfig:
     calibration: int = 32  # held-out chat prompts the output temperature is fitted on after training (0: none)
 
     def __post_init__(self) -> None:
-        if min(self.vocab, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 or not self.lr > 0:
-            raise ValueError("vocab, batch_size, steps, checkpoint_every, unroll and lr must be positive")
+        if min(self.vocab, self.layers, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 \
+                or not self.lr > 0:
+            raise ValueError("vocab, layers, batch_size, steps, checkpoint_every, unroll and lr must be positive")
         if not 0 <= self.calibration <= CALIBRATION.stop - CALIBRATION.start:
             raise ValueError(f"calibration: 0 to {CALIBRATION.stop - CALIBRATION.start} prompts, got {self.calibration}")
 
@@ -170,11 +172,28 @@ def new_head(target, rows, config: FeatureDraftConfig) -> FeatureHead:
     tokens; output layer and final norm start as the target's (its rows of the subset), so f^ lives
     where the target's features do."""
     torch.manual_seed(config.seed)
-    head = FeatureHead(target.config, frequent_tokens(rows, config.vocab, target.config.vocab_size))
+    head = FeatureHead(target.config, frequent_tokens(rows, config.vocab, target.config.vocab_size), config.layers)
     with torch.no_grad():
         head.head.weight.copy_(target.lm_head.weight[head.vocab])
         head.norm.weight.copy_(target.model.norm.weight)
     return head
+
+
+def deepen(head: FeatureHead, layers: int, seed: int = 0) -> FeatureHead:
+    """``head`` with decoder layers added after its own up to ``layers``, each new one starting as
+    the identity (its attention's output and its MLP's down projections zero, so the residual stream
+    passes through; the other weights drawn under ``seed``): the deeper head drafts as ``head`` does
+    until it is trained further. ``ValueError`` if ``head`` has more layers already."""
+    if layers < len(head.layers):
+        raise ValueError(f"layers: the head has {len(head.layers)} decoder layers already, more than {layers}")
+    torch.manual_seed(seed)
+    deeper = FeatureHead(head.config, head.vocab, layers)
+    deeper.load_state_dict(head.state_dict(), strict=False)  # the new layers' weights are the missing keys
+    with torch.no_grad():
+        for layer in deeper.layers[len(head.layers):]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return deeper
 
 
 def _batch(rows, indices, embedding: torch.Tensor, vocab_index: torch.Tensor):

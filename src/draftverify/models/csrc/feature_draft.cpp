@@ -78,9 +78,9 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
 // tokens: returns the L drafted token ids [B, L], their laws over the subset [B, L, N] and the last
 // position's feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; forward i
 // (0: the chunk) attends by masks[i] and skips the padding valids[i] marks, as FeatureDraft._forward
-// passes them to the layer (None where nothing is padded and the query is one token). Products 0
-// and 5 of the flat lists are fc and the output layer, 1-4 the layer's (llama_layers.cpp); norms:
-// the layer's two, then the final one.
+// passes them to the layers (None where nothing is padded and the query is one token). With n
+// layers (one key tensor each), products 0 and 4n + 1 of the flat lists are fc and the output
+// layer, 1..4n the layers' (llama_layers.cpp); norms: the layers' two each, then the final one.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const at::Tensor& tokens, const at::Tensor& features, const at::Tensor& embedding, const at::Tensor& support,
     const at::Tensor& cos, const at::Tensor& sin, const c10::List<std::optional<at::Tensor>>& masks,
@@ -90,19 +90,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const c10::List<std::optional<at::Tensor>>& scales, const c10::List<std::optional<at::Tensor>>& offsets,
     const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef outputs, int64_t length, double temperature,
     std::optional<int64_t> top_k, std::optional<double> top_p, std::optional<at::Generator> generator) {
-  TORCH_CHECK(kind.size() == 6 && weights.size() == 6 && scales.size() == 6 && offsets.size() == 6 &&
-                  biases.size() == 6 && outputs.size() == 6 && norms.size() == 3 && eps.size() == 3 && keys.size() == 1,
-              "feature_draft_block: fc, four layer products and the output layer; two layer norms and the final one");
+  const size_t n = keys.size(), products = 4 * n + 2;
+  TORCH_CHECK(n >= 1 && values.size() == n && kind.size() == products && weights.size() == products &&
+                  scales.size() == products && offsets.size() == products && biases.size() == products &&
+                  outputs.size() == products && norms.size() == 2 * n + 1 && eps.size() == 2 * n + 1,
+              "feature_draft_block: fc, four products a layer and the output layer; two norms a layer and the final one");
   TORCH_CHECK(static_cast<int64_t>(masks.size()) == length && static_cast<int64_t>(valids.size()) == length,
               "feature_draft_block: a mask and a valid for each of the length forwards");
   TORCH_CHECK(length >= 1 && temperature > 0 && (!top_k || *top_k >= 1) && (!top_p || (*top_p > 0 && *top_p <= 1)),
               "feature_draft_block: length >= 1, temperature > 0, top_k >= 1, top_p in (0, 1]");
   const int64_t rows = tokens.size(0), width = embedding.size(1);
-  const auto layer_list = [](const c10::List<std::optional<at::Tensor>>& list) {
+  const auto layer_list = [n](const c10::List<std::optional<at::Tensor>>& list) {
     c10::List<std::optional<at::Tensor>> layer;
-    for (size_t i = 1; i < 5; ++i) layer.push_back(list.get(i));
+    for (size_t i = 1; i <= 4 * n; ++i) layer.push_back(list.get(i));
     return layer;
   };
+  const size_t out = 4 * n + 1, final = 2 * n;  // the output layer's product, the final norm
   const auto layer_scales = layer_list(scales), layer_offsets = layer_list(offsets), layer_biases = layer_list(biases);
   std::vector<at::Tensor> drafted, laws;
   at::Tensor chunk = tokens, previous = features, last;
@@ -115,12 +118,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const int64_t first = position - start;  // this forward's angles
     const at::Tensor layers = draftverify::llama_layers(
         x, cos.narrow(2, first, size), sin.narrow(2, first, size), masks.get(i), valids.get(i), keys,
-        values, position, heads, kv_heads, head_dim, norms.slice(0, 2), eps.slice(0, 2), kind.slice(1, 4),
-        weights.slice(1, 4), layer_scales, layer_offsets, layer_biases, outputs.slice(1, 4));
-    const at::Tensor hidden = at::rms_norm(layers, {width}, norms[2], eps[2]);  // [B, S, E]
+        values, position, heads, kv_heads, head_dim, norms.slice(0, final), eps.slice(0, final), kind.slice(1, 4 * n),
+        weights.slice(1, 4 * n), layer_scales, layer_offsets, layer_biases, outputs.slice(1, 4 * n));
+    const at::Tensor hidden = at::rms_norm(layers, {width}, norms[final], eps[final]);  // [B, S, E]
     last = hidden.select(1, size - 1).clone();  // [B, E]
-    const at::Tensor logits = draftverify::product(kind[5], hidden.narrow(1, size - 1, 1).reshape({rows, width}),
-                                                   weights[5], scales.get(5), offsets.get(5), biases.get(5), outputs[5]);
+    const at::Tensor logits = draftverify::product(kind[out], hidden.narrow(1, size - 1, 1).reshape({rows, width}),
+                                                   weights[out], scales.get(out), offsets.get(out), biases.get(out), outputs[out]);
     TORCH_CHECK(logits.amax(-1).isfinite().all().item<bool>(),
                 "feature_draft_block: a row has a NaN, a +inf, or no finite logit");
     const at::Tensor probs = warp(logits, temperature, top_k, top_p);  // [B, N]
