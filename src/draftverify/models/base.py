@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Cache", "LanguageModel", "HistoryModel", "check_tokens", "chunk_positions"]
+__all__ = ["Cache", "LanguageModel", "HistoryModel", "chunk_counts", "chunk_positions"]
 
 
 _COUNT = torch.arange(1024)  # 0, 1, 2, ...: positions are slices of it (no tensor made per call)
@@ -125,10 +125,15 @@ class Cache:
         self.held = [self.held[r] for r in order]
 
 
-def check_tokens(cache: Cache, tokens: torch.Tensor) -> None:
-    """``ValueError`` unless ``tokens`` is [B, S >= 1] for the B rows of ``cache``."""
+def chunk_counts(cache: Cache, tokens: torch.Tensor, valid: torch.Tensor | None) -> list[int]:
+    """The new valid slots of each row when chunk ``tokens`` [B, S >= 1] (for the B rows of
+    ``cache``) with padding ``valid`` [B, S] (None: all valid) is appended; ``ValueError`` for
+    either of another shape."""
     if tokens.dim() != 2 or tokens.shape[0] != cache.batch_size or tokens.shape[1] < 1:
         raise ValueError(f"tokens: expected shape [B={cache.batch_size}, S >= 1], got {tuple(tokens.shape)}")
+    if valid is not None and tuple(valid.shape) != tuple(tokens.shape):
+        raise ValueError(f"valid: expected shape {tuple(tokens.shape)}, got {tuple(valid.shape)}")
+    return [tokens.shape[1]] * tokens.shape[0] if valid is None else valid.sum(1).tolist()
 
 
 class LanguageModel(ABC):
@@ -168,13 +173,10 @@ class LanguageModel(ABC):
         after each of the last ``num_logits`` positions. Those positions must be valid.
         ``on_support``: for a model with a :attr:`support` of N tokens, the logits over it,
         ``[B, num_logits, N]`` (column i is token ``support[i]``), instead of -inf outside it."""
-        check_tokens(cache, tokens)
+        counts = chunk_counts(cache, tokens, valid)  # new valid slots per row
         rows, size = tokens.shape
         if not 1 <= num_logits <= size:
             raise ValueError(f"num_logits must be in [1, S={size}], got {num_logits}")
-        if valid is not None and tuple(valid.shape) != tuple(tokens.shape):
-            raise ValueError(f"valid: expected shape {tuple(tokens.shape)}, got {tuple(valid.shape)}")
-        counts = [size] * rows if valid is None else valid.sum(1).tolist()  # new valid slots per row
         if self.max_length is not None and max(h + n for h, n in zip(cache.held, counts)) > self.max_length:
             raise ValueError(f"sequence longer than the model's context of {self.max_length} tokens")
         positions = chunk_positions(cache, rows, size, valid)  # [B, S]

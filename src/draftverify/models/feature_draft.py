@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..probs import check_warping
-from .base import Cache, LanguageModel, check_tokens, chunk_positions
+from .base import Cache, LanguageModel, chunk_counts, chunk_positions
 from .gpt2 import Linear, output_logits
 from .hf import TransformersModel
 from .llama import compiled_layers, compiled_products, layer_weights, llama_layers
@@ -311,9 +311,7 @@ class FeatureDraft(LanguageModel):
         chunk's count towards ``exact``. ``ValueError`` for ``tokens`` not [B, m >= 1], ``valid`` not
         of its shape, ``length`` < 1, ``temperature`` <= 0 and a ``top_k`` or ``top_p`` that
         :func:`~draftverify.probs.warp` refuses."""
-        check_tokens(cache, tokens)
-        if valid is not None and tuple(valid.shape) != tuple(tokens.shape):
-            raise ValueError(f"valid: expected shape {tuple(tokens.shape)}, got {tuple(valid.shape)}")
+        counts = chunk_counts(cache, tokens, valid)
         if length < 1:
             raise ValueError(f"length must be >= 1, got {length}")
         if not temperature > 0:
@@ -321,7 +319,6 @@ class FeatureDraft(LanguageModel):
         check_warping(temperature, top_k, top_p)
         rows, size = tokens.shape
         fed = size + length - 1  # the chunk, then every drafted token but the last
-        counts = [size] * rows if valid is None else valid.sum(1).tolist()
         head = self.head_module.head
         if self.compiled_block is None or head._forward_hooks or head._forward_pre_hooks \
                 or max(h + n for h, n in zip(cache.held, counts)) + length - 1 > (self.max_length or math.inf):
