@@ -170,37 +170,17 @@ def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, l
     before its shard, the layout of :func:`.feature_draft.extract_features`, taken from the
     labelling's own forwards (:func:`answer_batch`); padding positions hold zeros."""
     tokenizer = target.tokenizer
-    out.mkdir(parents=True, exist_ok=True)
-    done = len(list(out.glob("shard-*.npz")))
-    per_shard = config.prompts_per_shard
-    written = 0
-    for shard in range(done, len(prompts) // per_shard):
-        if deadline is not None and time.time() > deadline:
-            break
-        start = time.time()
-        rows: dict[str, list] = {"tokens": [], "answer_start": [], "top_ids": [], "top_probs": [], "answer_length": []}
-        kept: list[torch.Tensor] = []  # each answered prompt's features [S_i, E] (with ``features``)
-        for first in range(shard * per_shard, (shard + 1) * per_shard, config.batch_size):
-            ids = [encode_prompt(tokenizer, p, chat=True)[-config.max_prompt_tokens:]
-                   for p in prompts[first: first + config.batch_size]]
-            generator = torch.Generator().manual_seed(config.seed * 1_000_003 + first)
-            answered = answer_batch(target, ids, config.max_new_tokens, target.eos_token_id, config.top_k, generator,
-                                    features)
-            for b, answer in enumerate(answered.tokens):
-                rows["tokens"].append(np.array(ids[b] + answer, dtype=np.int32))
-                rows["answer_start"].append(len(ids[b]))
-                rows["answer_length"].append(len(answer))
-                rows["top_ids"].append(answered.top_ids[b, : len(answer)].numpy())
-                rows["top_probs"].append(answered.top_probs[b, : len(answer)].numpy().astype(np.float16))
-            kept.extend(answered.features or [])
-        if features:
-            _save_features(out / f"features-{shard:05d}.npy", kept)
-        _save(out / f"shard-{shard:05d}.npz", rows, config.top_k)
-        written += 1
-        tokens = sum(rows["answer_length"])
-        log(f"shard {shard}: {tokens} answer tokens in {time.time() - start:.0f} s "
-            f"({tokens / (time.time() - start):.1f} tokens/s)")
-    return written
+
+    def label(first: int, stop: int) -> list[tuple]:
+        ids = [encode_prompt(tokenizer, p, chat=True)[-config.max_prompt_tokens:] for p in prompts[first:stop]]
+        generator = torch.Generator().manual_seed(config.seed * 1_000_003 + first)
+        answered = answer_batch(target, ids, config.max_new_tokens, target.eos_token_id, config.top_k, generator,
+                                features)
+        return [(np.array(ids[b] + answer, dtype=np.int32), len(ids[b]), answered.top_ids[b, : len(answer)].numpy(),
+                 answered.top_probs[b, : len(answer)].numpy().astype(np.float16),
+                 answered.features[b] if features else None) for b, answer in enumerate(answered.tokens)]
+
+    return _write_shards(out, len(prompts), config, label, features, deadline, log, "shard")
 
 
 def source_windows(tokenizer: Any, split: str = "train", seed: int = 0, size: int = 256, per_file: int = 4) -> list[list[int]]:
@@ -240,34 +220,45 @@ def label_source_shards(target, windows: list[list[int]], out: Path, config: Tea
         raise ValueError("windows: token lists of one length, at least one")
     if not 1 <= context < len(windows[0]):
         raise ValueError(f"context: 1 to {len(windows[0]) - 1} (the windows' length less one), got {context}")
+    size = len(windows[0])
+
+    def label(first: int, stop: int) -> list[tuple]:
+        batch = torch.tensor(windows[first:stop])  # [B, S]
+        if features:
+            target.keep_features()
+        cache = target.new_cache(len(batch))
+        logits = target.forward(cache, batch, None, size - context + 1)[:, :-1]  # [B, A, V]: the laws of tokens context..S-1
+        tops = [torch.topk(torch.softmax(row.double(), -1), config.top_k, -1) for row in logits]  # a row at a time: [A, V] float64
+        return [(batch[b].numpy().astype(np.int32), context, top.indices.to(torch.int32).numpy(),
+                 top.values.numpy().astype(np.float16), cache.backend.features[b, :size].clone() if features else None)
+                for b, top in enumerate(tops)]
+
+    return _write_shards(out, len(windows), config, label, features, deadline, log, "source shard")
+
+
+def _write_shards(out: Path, total: int, config: TeacherConfig, label, features: bool, deadline: float | None, log,
+                  name: str) -> int:
+    """The shards of rows 0..``total`` - 1 (whole shards of ``config.prompts_per_shard``) in ``out``,
+    resumed after the last complete one, until ``deadline``: ``label(first, stop)``, called for
+    ``config.batch_size`` rows at a time, gives rows first..stop - 1 as (tokens [S] int32, answer
+    start, top ids [A, k] int32, top probabilities [A, k] float16, features [S, E] or None); with
+    ``features`` they are written first (``features-NNNNN.npy``), then ``shard-NNNNN.npz``. Returns
+    the shards written."""
     out.mkdir(parents=True, exist_ok=True)
-    size, per_shard, written = len(windows[0]), config.prompts_per_shard, 0
-    for shard in range(len(list(out.glob("shard-*.npz"))), len(windows) // per_shard):
+    per_shard, written = config.prompts_per_shard, 0
+    for shard in range(len(list(out.glob("shard-*.npz"))), total // per_shard):
         if deadline is not None and time.time() > deadline:
             break
         start = time.time()
-        rows: dict[str, list] = {"tokens": [], "answer_start": [], "top_ids": [], "top_probs": [], "answer_length": []}
-        kept: list[torch.Tensor] = []
-        for first in range(shard * per_shard, (shard + 1) * per_shard, config.batch_size):
-            batch = torch.tensor(windows[first: min(first + config.batch_size, (shard + 1) * per_shard)])  # [B, S]
-            if features:
-                target.keep_features()
-            cache = target.new_cache(len(batch))
-            logits = target.forward(cache, batch, None, size - context + 1)[:, :-1]  # [B, A, V]: the laws of tokens context..S-1
-            for b in range(len(batch)):
-                top = torch.topk(torch.softmax(logits[b].double(), -1), config.top_k, -1)
-                rows["tokens"].append(batch[b].numpy().astype(np.int32))
-                rows["answer_start"].append(context)
-                rows["answer_length"].append(size - context)
-                rows["top_ids"].append(top.indices.to(torch.int32).numpy())
-                rows["top_probs"].append(top.values.numpy().astype(np.float16))
-            if features:
-                kept.extend(cache.backend.features[b, :size].clone() for b in range(len(batch)))
+        end = (shard + 1) * per_shard
+        rows = [row for first in range(shard * per_shard, end, config.batch_size)
+                for row in label(first, min(first + config.batch_size, end))]
         if features:
-            _save_features(out / f"features-{shard:05d}.npy", kept)
+            _save_features(out / f"features-{shard:05d}.npy", [row[4] for row in rows])
         _save(out / f"shard-{shard:05d}.npz", rows, config.top_k)
         written += 1
-        log(f"source shard {shard}: {per_shard * (size - context)} tokens in {time.time() - start:.0f} s")
+        tokens, seconds = sum(len(row[2]) for row in rows), time.time() - start
+        log(f"{name} {shard}: {tokens} answer tokens in {seconds:.0f} s ({tokens / seconds:.1f} tokens/s)")
     return written
 
 
@@ -280,16 +271,18 @@ def _save_features(path: Path, rows: list[torch.Tensor]) -> None:
     write_features(path, out)
 
 
-def _save(path: Path, rows: dict[str, list], top_k: int) -> None:
-    n, seq, ans = len(rows["tokens"]), max(map(len, rows["tokens"])), max(rows["answer_length"])
+def _save(path: Path, rows: list[tuple], top_k: int) -> None:
+    """A shard of ``rows`` (as :func:`_write_shards` takes them), written under a hidden name and
+    renamed when complete."""
+    n, seq, ans = len(rows), max(len(row[0]) for row in rows), max(len(row[2]) for row in rows)
     tokens = np.full((n, seq), -1, dtype=np.int32)
     top_ids = np.zeros((n, ans, top_k), dtype=np.int32)
     top_probs = np.zeros((n, ans, top_k), dtype=np.float16)
-    for i in range(n):
-        tokens[i, : len(rows["tokens"][i])] = rows["tokens"][i]
-        top_ids[i, : rows["answer_length"][i]] = rows["top_ids"][i]
-        top_probs[i, : rows["answer_length"][i]] = rows["top_probs"][i]
+    for i, (seq_tokens, _, ids, probs, _) in enumerate(rows):
+        tokens[i, : len(seq_tokens)] = seq_tokens
+        top_ids[i, : len(ids)] = ids
+        top_probs[i, : len(probs)] = probs
     partial = path.parent / f".{path.name}"  # not matched by shard-*.npz until renamed
-    np.savez(partial, tokens=tokens, answer_start=np.array(rows["answer_start"]),
-             answer_length=np.array(rows["answer_length"]), top_ids=top_ids, top_probs=top_probs)
+    np.savez(partial, tokens=tokens, answer_start=np.array([row[1] for row in rows]),
+             answer_length=np.array([len(row[2]) for row in rows]), top_ids=top_ids, top_probs=top_probs)
     partial.rename(path)
