@@ -76,6 +76,37 @@ def test_warp_temperature_top_k_top_p():
             warp(logits, **bad)
 
 
+def _nucleus_by_rule(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p's drops row by row as the rule reads: every token in descending order of probability,
+    ties by the lower id first, dropped when the mass before it reaches top_p."""
+    drop = torch.zeros(probs.shape, dtype=torch.bool)
+    for row, (law, out) in enumerate(zip(probs.view(-1, probs.shape[-1]), drop.view(-1, probs.shape[-1]))):
+        order = sorted(range(len(law)), key=lambda i: (-float(law[i]), i))
+        before = torch.cumsum(law[order], 0) - law[order]  # the same prefix sums as the warp's sort
+        out[order] = before >= top_p
+    return drop
+
+
+@pytest.mark.parametrize("vocab,scale,top_p", [(5000, 3.0, 0.9), (5000, 0.3, 0.95), (600, 1.0, 0.999), (300, 0.0, 0.5),
+                                                (49, 2.0, 0.7)], ids=["peaked", "flat", "almost-all", "all-tied", "small"])
+def test_the_nucleus_drops_what_the_rule_drops_ties_by_lower_id(vocab, scale, top_p):
+    """Rounded logits tie many tokens, some across the nucleus's edge; flat laws need more than the
+    first candidates (and all of them where every token ties)."""
+    from draftverify.probs import _NUCLEUS_CANDIDATES, _nucleus_drop
+
+    gen = torch.Generator().manual_seed(vocab)
+    logits = (torch.randn(2, 3, vocab, generator=gen) * scale * 4).round() / 4  # steps of 0.25: ties
+    probs = torch.softmax(logits, -1)
+    drop = _nucleus_drop(probs, top_p)
+    assert torch.equal(drop, _nucleus_by_rule(probs, top_p))
+    kept = (~drop).sum(-1)
+    assert bool((kept >= 1).all())
+    if scale == 0.3:
+        assert int(kept.min()) > _NUCLEUS_CANDIDATES  # decided beyond the first candidates
+    warped = warp(logits, top_p=top_p)
+    assert torch.equal(warped == 0, drop)
+
+
 def test_warp_takes_numpy_logits_as_the_verifiers_do():
     logits = np.array([[2.0, 1.0, 0.0]])
     torch.testing.assert_close(warp(logits, temperature=0.5), warp(torch.from_numpy(logits), temperature=0.5))

@@ -228,15 +228,19 @@ ONE, RAGGED = [[1, 4, 2, 9]], [[1, 4, 2, 9], [3, 5], [7, 1, 1, 6, 2, 8]]  # a ra
     ("sd", None, 1.0, {}, ONE, 1), ("bv", None, 0.7, {}, ONE, 1), ("kseq", 2, 1.0, {}, ONE, 1),
     ("sd", None, 1.0, dict(top_k=3), ONE, 1), ("bv", None, 0.8, dict(top_p=0.6), ONE, 1),
     ("kseq", 2, 0.9, dict(top_k=4, top_p=0.8), ONE, 1), ("sd", None, 1.0, {}, RAGGED, 1), ("bv", None, 0.8, {}, RAGGED, 1),
-    ("kseq", 2, 0.9, dict(top_p=0.8), RAGGED, 1), ("sd", None, 1.0, {}, ONE, 2), ("bv", None, 0.8, {}, RAGGED, 3)])
+    ("kseq", 2, 0.9, dict(top_p=0.8), RAGGED, 1), ("sd", None, 1.0, {}, ONE, 2), ("bv", None, 0.8, {}, RAGGED, 3),
+    ("sd", None, 1.0, dict(top_p=0.6), ONE, "wide"), ("sd", None, 3.0, dict(top_p=0.97), RAGGED, "wide")])
 def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_drafts, temperature, warping, prompts,
                                                                   layers, monkeypatch):
     """csrc/feature_draft.cpp against the decoder's loop over draft.forward: the same drafted tokens
     and laws bit for bit, step after step, and the caches left alike; top-k and top-p warp as
-    probs.warp does (over the draft's 7 tokens: top-k 3 and top-p 0.6 zero some of every law); a
-    ragged batch's rows (positions, masks and padding of their own) as forward takes them; a head
-    of several decoder layers."""
-    target, draft = tiny_feature_pair(VOCAB, SUBSET, quantize="int8", layers=layers)
+    probs.warp does (over the draft's 7 tokens: top-k 3 and top-p 0.6 zero some of every law; over
+    "wide" drafts' 300 tokens the nucleus is sorted over its first candidates, or more of them at
+    temperature 3); a ragged batch's rows (positions, masks and padding of their own) as forward
+    takes them; a head of several decoder layers."""
+    vocab, subset = (VOCAB, SUBSET) if layers != "wide" else (400, torch.arange(0, 400, 4).repeat_interleave(3)
+                                                                   + torch.arange(3).repeat(100))
+    target, draft = tiny_feature_pair(vocab, subset, quantize="int8", layers=1 if layers == "wide" else layers)
     assert draft.compiled_block is not None
     compiled_calls, runs = [], []
     sample_block, draft_block = FeatureDraft.sample_block, Decoder.draft_block
@@ -267,8 +271,11 @@ def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_dr
     assert tokens == tokens_loop and len(blocks) == len(blocks_loop) > 5
     for (drafted, laws), (drafted_loop, laws_loop) in zip(blocks, blocks_loop):
         assert torch.equal(drafted, drafted_loop) and torch.equal(laws, laws_loop)
-    zeros = torch.cat([laws[..., SUBSET] == 0 for _, laws in blocks]).sum(-1)  # zeroed tokens of the subset, per law
-    if "top_k" in warping or warping.get("top_p") == 0.6:
+    zeros = torch.cat([laws[..., subset] == 0 for _, laws in blocks]).sum(-1)  # zeroed tokens of the subset, per law
+    if layers == "wide":
+        kept = len(subset) - zeros
+        assert bool((zeros > 0).all()) and (int(kept.max()) > 64) == (temperature == 3.0)  # past the first candidates
+    elif "top_k" in warping or warping.get("top_p") == 0.6:
         assert bool((zeros > 0).all())
     elif not warping:
         assert not bool(zeros.any())

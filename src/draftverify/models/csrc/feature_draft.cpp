@@ -12,15 +12,20 @@
 // a position, which on this CPU cost as much as the draft's products.
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/all.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/div.h>
-#include <ATen/ops/ge.h>
+#include <ATen/ops/gather.h>
+#include <ATen/ops/gt.h>
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/logical_or.h>
 #include <ATen/ops/lt.h>
 #include <ATen/ops/masked_fill.h>
 #include <ATen/ops/minimum.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/rms_norm.h>
 #include <ATen/ops/scatter.h>
@@ -30,10 +35,10 @@
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/topk.h>
-#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/_softmax.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -53,10 +58,34 @@ at::Tensor inverse_cdf(const at::Tensor& probs, const at::Tensor& uniforms) {
   return at::minimum(index, reached).select(1, 0);
 }
 
+// probs._nucleus_drop's arithmetic on probs [B, N]: the tokens whose mass before them (descending,
+// ties by the lower id) reaches top_p, sorted over the 64 most probable candidates, eight times
+// more until they decide (every kept token more probable than the last candidate), at most all N.
+at::Tensor nucleus_drop(const at::Tensor& probs, double top_p) {
+  const int64_t size = probs.size(-1);
+  int64_t count = std::min<int64_t>(size, 64);
+  while (true) {
+    at::Tensor values, order;
+    if (count == size) {
+      std::tie(values, order) = at::sort(probs, true, -1, true);
+    } else {
+      std::tie(values, order) = at::topk(probs, count, -1);
+      auto [by_id_order, by_id] = at::sort(order, -1);
+      auto [by_value_values, by_value] = at::sort(values.gather(-1, by_id), true, -1, true);
+      values = by_value_values;
+      order = by_id_order.gather(-1, by_value);
+    }
+    const at::Tensor kept = at::lt(at::sub(at::cumsum(values, -1), values), top_p);
+    if (count == size ||
+        at::logical_or(at::logical_not(kept), at::gt(values, values.narrow(-1, count - 1, 1))).all().item<bool>())
+      return at::ones_like(probs, probs.options().dtype(at::kBool)).scatter_(-1, order, at::logical_not(kept));
+    count = std::min<int64_t>(size, 8 * count);
+  }
+}
+
 // probs.warp's arithmetic on logits [B, N] with temperature > 0: the scores logits / temperature,
-// those below the top_k-th largest set to -inf, the softmax, then the tokens whose sorted mass
-// before them reaches top_p set to zero and the rest renormalised (each step only where it removes
-// something: top_k < N, top_p < 1).
+// those below the top_k-th largest set to -inf, the softmax, then the tokens nucleus_drop drops set
+// to zero and the rest renormalised (each step only where it removes something: top_k < N, top_p < 1).
 at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int64_t> top_k, std::optional<double> top_p) {
   at::Tensor scores = temperature != 1.0 ? at::div(logits, temperature) : logits;
   if (top_k && *top_k < scores.size(-1)) {
@@ -65,10 +94,7 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
   }
   at::Tensor probs = at::_softmax(scores, -1, false);
   if (top_p && *top_p < 1.0) {
-    const auto [sorted, order] = at::sort(probs, -1, true);
-    const at::Tensor before = at::sub(at::cumsum(sorted, -1), sorted);
-    const at::Tensor drop = at::zeros_like(before, before.options().dtype(at::kBool)).scatter_(-1, order, at::ge(before, *top_p));
-    probs = probs.masked_fill(drop, 0.0);
+    probs = probs.masked_fill(nucleus_drop(probs, *top_p), 0.0);
     probs = at::div(probs, probs.sum(-1, true));
   }
   return probs;
