@@ -128,8 +128,8 @@ def _nucleus_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     Sorted over the most probable candidates only (``_NUCLEUS_CANDIDATES``, eight times more until
     they decide, at most all V): a token outside them has at least their whole mass before it, and
     they decide when every kept token is more probable than the last candidate (all its ties are
-    then candidates too). The same drops as a stable sort of all V tokens, bit for bit (the mass
-    before a token is the same prefix sum); on SmolLM2's 49,152 tokens a row costs a partial
+    then candidates too). The same drops as a stable sort of all V tokens, bit for bit on the CPU
+    (the mass before a token is the same sequential prefix sum); on SmolLM2's 49,152 tokens a row costs a partial
     selection instead of a full sort (docs/results/speed_smollm2.md)."""
     size = probs.shape[-1]
     count = min(size, _NUCLEUS_CANDIDATES)
