@@ -27,6 +27,13 @@ class FeatureSpec:
         if not (self.hidden or self.log_draft_prob or self.entropy):
             raise ValueError("a feature spec needs at least one feature")
 
+    @property
+    def description(self) -> str:
+        """What the classifier reads, in words (the report's)."""
+        parts = ["the draft's hidden state"] * self.hidden + ["log D(x)"] * self.log_draft_prob + \
+            ["the entropy of D"] * self.entropy
+        return " + ".join(parts)
+
     def size(self, hidden_size: int | None) -> int:
         """Number of features for a draft of hidden size ``hidden_size``."""
         if self.hidden and not hidden_size:

@@ -114,18 +114,18 @@ def write_report(result: dict[str, Any], roc: dict[str, Any] | None, command: st
         "exact. Everything below was measured in one run on the shared 2-core CPU, methods interleaved prompt by "
         f"prompt: {s['prompts']} HumanEval prompts, {s['max_new_tokens']} new tokens each (EOS ignored), temperature "
         f"{s['temperature']:g}, sd with L = {s['draft_length']}, sprinter runs capped at {s['sprinter_cap']} tokens, "
-        f"classifier trained with lambda = {result['ratio_threshold']:g} on the draft's hidden state + log D(x) + entropy.",
+        f"classifier trained with lambda = {result['ratio_threshold']:g} on {result.get('features') or 'its features'}.",
         "",
     ]
     if roc is not None:
         parts += ["## The classifier: ROC on a held-out split", "",
                   f"{roc['samples']} drafted tokens, equal shares of the four prefix kinds of seed 003 section 3.2 "
                   f"({', '.join(f'{k}: {v}' for k, v in roc['kinds'].items())}); held-out split by sequence.", "",
-                  table_of(roc["results"], [("ratio_threshold", "lambda", "g"), ("features", "features", "s"), ("auc", "AUC", ".3f"),
-                                          ("positive_share", "label-1 share", ".3f"),
-                                          ("false_positive_rate_at_half", "FP at threshold 0.5", ".3f"),
-                                          ("true_positive_rate_at_half", "TP at threshold 0.5", ".3f"),
-                                          ("parameters", "parameters", "d")]),
+                  table_of([dict(r, shipped="yes" if r.get("shipped") else "") for r in roc["results"]],
+                           [("ratio_threshold", "lambda", "g"), ("features", "features", "s"), ("shipped", "shipped", "s"),
+                            ("auc", "AUC", ".3f"), ("positive_share", "label-1 share", ".3f"),
+                            ("false_positive_rate_at_half", "FP at threshold 0.5", ".3f"),
+                            ("true_positive_rate_at_half", "TP at threshold 0.5", ".3f"), ("parameters", "parameters", "d")]),
                   "", f"![ROC]({img}/sprinter_roc.png)", ""]
     parts += [
         "## Speed and quality", "", speed, "",

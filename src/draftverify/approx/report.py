@@ -113,7 +113,9 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
                 record["audits"].append(audit_positions(pair.target, pair.draft, method, prompt_ids, generated,
                                                         decoder.states[0], temperature=settings.temperature))
         log(f"prompt {index + 1}/{len(prompts)} done")
-    ratio_threshold = float(getattr(next(iter(verifiers.values())).classifier, "ratio_threshold", 1.0))
+    classifier = next(iter(verifiers.values())).classifier
+    ratio_threshold = float(getattr(classifier, "ratio_threshold", 1.0))
+    spec = getattr(classifier, "spec", None)
     ar_speed = records[AR]["tokens"] / records[AR]["seconds"]
     sd_speed = records["sd"]["tokens"] / records["sd"]["seconds"]
     rows = []
@@ -134,5 +136,6 @@ def run_report(pair, settings: ReportSettings, classifier: Any = None, log: Call
     examples = {name: records[name]["texts"][0] for name in ("sd", f"sprinter tau={thresholds[len(thresholds) // 2]:g}")}
     note = ("The draft's law depends on its depth in a step (a feature draft): the online rates above and this section "
             "cover the decisions at depth 1, whose law one teacher-forced pass gives." if getattr(pair.draft, "depth_dependent", False) else "")
-    return dict(settings=dict(asdict(settings), thresholds=list(thresholds)), ratio_threshold=ratio_threshold, rows=rows,
+    return dict(settings=dict(asdict(settings), thresholds=list(thresholds)), ratio_threshold=ratio_threshold,
+                features=None if spec is None else spec.description, rows=rows,
                 prompt_example=prompts[0], examples=examples, audit_note=note)

@@ -23,7 +23,6 @@ FEATURE_SETS = {
     "hidden+logprob+entropy": FeatureSpec(),
     "logprob+entropy": FeatureSpec(hidden=False),
 }
-SHIPPED_FEATURES = "hidden+logprob+entropy"
 
 
 @dataclass(frozen=True)
@@ -62,14 +61,20 @@ def _curve_points(roc, points: int = 101) -> dict[str, list[float]]:
 
 def train_all(data: SprinterData, hidden_size: int, output: Path, settings: TrainSettings,
               draft_fingerprint: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train every (lambda, feature set); save ``lambda_<l>.json`` (shipped features) for each lambda
-    and ``classifier.json`` (the default lambda) under ``output``, marked with the draft's
-    fingerprint; return the ROC summary."""
+    """Train every (lambda, feature set); for each lambda save the feature set with the best
+    held-out AUC as ``lambda_<l>.json``, and that of the default lambda as ``classifier.json``
+    under ``output``, marked with the draft's fingerprint; return the ROC summary (each result's
+    ``shipped`` says which). The AUC that chooses is the one reported, on the split that stopped
+    the training: a choice among three, slightly in the winner's favour. (Until 2026-11-27 the
+    hidden state with log D(x) and entropy shipped always; on the default pair log D(x) and entropy
+    alone scored higher: AUC 0.733 against 0.688 at lambda 1.2, 578 weights overfitting 6,144
+    drafted tokens.)"""
     output = Path(output)
     summary: dict[str, Any] = dict(samples=len(data), kinds={k: int((data.kind == i).sum()) for i, k in enumerate(PREFIX_KINDS)},
                                    settings=asdict(settings), hidden_size=hidden_size, results=[])
     for lam in LAMBDAS:
         labels = labels_for(data.ratio, lam)
+        trained = []
         for name, spec in FEATURE_SETS.items():
             start = time.perf_counter()
             classifier, roc = train_classifier(data.features(spec), labels, spec=spec, ratio_threshold=lam,
@@ -79,14 +84,16 @@ def train_all(data: SprinterData, hidden_size: int, output: Path, settings: Trai
                 ratio_threshold=lam, features=name, auc=roc.auc, positive_share=float(labels.mean()),
                 false_positive_rate_at_half=fp, true_positive_rate_at_half=tp, parameters=int(classifier.weight.size + 1),
                 epochs=classifier.info["epochs_run"], seconds=time.perf_counter() - start, roc=_curve_points(roc),
-            ))
+                shipped=False))
             log(f"lambda {lam:g} {name:>24}: AUC {roc.auc:.3f}, at tau=0.5 FP {fp:.3f} TP {tp:.3f} "
                 f"({classifier.info['epochs_run']} epochs)")
-            if name == SHIPPED_FEATURES:
-                classifier.info["draft_fingerprint"] = draft_fingerprint
-                classifier.save(output / f"lambda_{lam:g}.json")
-                if lam == settings.default_lambda:
-                    classifier.save(output / "classifier.json")
+            trained.append((roc.auc, summary["results"][-1], classifier))
+        _, result, classifier = max(trained, key=lambda t: t[0])  # the first of equal AUCs
+        result["shipped"] = True
+        classifier.info.update(draft_fingerprint=draft_fingerprint, features=result["features"])
+        classifier.save(output / f"lambda_{lam:g}.json")
+        if lam == settings.default_lambda:
+            classifier.save(output / "classifier.json")
     (output / "roc.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
