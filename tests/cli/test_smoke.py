@@ -110,6 +110,7 @@ SLOW = [
     (["train-draft", "--kind", "ngram", "--order", "5", "--label-minutes", "0"], 2),  # 49152^5 codes overflow int64
     (["train-draft", "--kind", "llama", "--from", "{tmp}", "--label-minutes", "0"], 2),  # a further stage: feature only
     (["train-draft", "--kind", "ngram", "--unroll", "2", "--label-minutes", "0"], 2),  # feature settings: feature only
+    (["train-draft", "--kind", "llama", "--layers", "2", "--label-minutes", "0"], 2),  # a feature head's depth: feature only
     (["train-draft", "--kind", "llama", "--teacher-seed", "1", "--warmup", "5", "--seed", "2", "--label-minutes", "0"],
      2),  # --warmup and --seed are the feature draft's
     (["train-draft", "--kind", "feature", "--lr", "0", "--label-minutes", "0"], 2),  # a learning rate > 0
