@@ -12,6 +12,7 @@ import torch
 
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.models.feature_draft import FeatureDraft, FeatureHead, _Backend, _Slots, is_feature_draft
+from draftverify.models.ggml_blocks import int8_activations_compiled
 from draftverify.models.hf import TransformersModel
 from draftverify.testing import goodness_of_fit
 from tests.engine.test_draft_length import sometimes_ar
@@ -52,6 +53,14 @@ def test_a_head_needs_distinct_sorted_token_ids(vocab):
     target, _ = tiny_feature_pair(VOCAB, SUBSET)
     with pytest.raises(ValueError, match="vocab"):
         FeatureHead(target.model.config, torch.tensor(vocab, dtype=torch.int64))
+
+
+def test_the_draft_runs_q8_products_where_they_run_compiled_else_int8():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    head = draft.head_module
+    assert FeatureDraft(head, target).quantize == ("q8" if int8_activations_compiled() else "int8")
+    assert FeatureDraft(head, target, kernel="eager").quantize == "int8"  # q8 only where it runs compiled
+    assert FeatureDraft(head, target, quantize=None).quantize is None
 
 
 def test_a_head_needs_a_decoder_layer():
@@ -198,11 +207,12 @@ def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, v
     return np.array(law)
 
 
-@pytest.mark.parametrize("method,draft_length", [("sd", 2), (AcceptAll(), 2), ("sd", "ar-steps")],
-                         ids=["sd", "accept-all", "sd-with-ar-steps"])
-def test_the_engine_with_a_feature_draft_samples_the_targets_law(method, draft_length):
+@pytest.mark.parametrize("method,draft_length,quantize", [("sd", 2, "int8"), (AcceptAll(), 2, "int8"),
+                                                           ("sd", "ar-steps", "int8"), ("sd", 2, "q8"), (AcceptAll(), 2, "q8")],
+                         ids=["sd", "accept-all", "sd-with-ar-steps", "sd-q8", "accept-all-q8"])
+def test_the_engine_with_a_feature_draft_samples_the_targets_law(method, draft_length, quantize):
     vocab, num_tokens, samples = 3, 3, 2000
-    target, draft = tiny_feature_pair(vocab, torch.tensor([0, 2]), seed=4, quantize="int8")  # the default draft's products
+    target, draft = tiny_feature_pair(vocab, torch.tensor([0, 2]), seed=4, quantize=quantize)  # the shipped drafts' products
     draft_length = sometimes_ar(2) if draft_length == "ar-steps" else draft_length
     results = generate_batch(target, draft, [[1]] * samples, method, draft_length=draft_length, max_new_tokens=num_tokens, seed=0)
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
@@ -229,7 +239,8 @@ ONE, RAGGED = [[1, 4, 2, 9]], [[1, 4, 2, 9], [3, 5], [7, 1, 1, 6, 2, 8]]  # a ra
     ("sd", None, 1.0, dict(top_k=3), ONE, 1), ("bv", None, 0.8, dict(top_p=0.6), ONE, 1),
     ("kseq", 2, 0.9, dict(top_k=4, top_p=0.8), ONE, 1), ("sd", None, 1.0, {}, RAGGED, 1), ("bv", None, 0.8, {}, RAGGED, 1),
     ("kseq", 2, 0.9, dict(top_p=0.8), RAGGED, 1), ("sd", None, 1.0, {}, ONE, 2), ("bv", None, 0.8, {}, RAGGED, 3),
-    ("sd", None, 1.0, dict(top_p=0.6), ONE, "wide"), ("sd", None, 3.0, dict(top_p=0.97), RAGGED, "wide")])
+    ("sd", None, 1.0, dict(top_p=0.6), ONE, "wide"), ("sd", None, 3.0, dict(top_p=0.97), RAGGED, "wide"),
+    ("sd", None, 1.0, {}, RAGGED, "q8"), ("kseq", 2, 0.8, dict(top_k=4), ONE, "q8")])
 def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_drafts, temperature, warping, prompts,
                                                                   layers, monkeypatch):
     """csrc/feature_draft.cpp against the decoder's loop over draft.forward: the same drafted tokens
@@ -237,10 +248,13 @@ def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_dr
     probs.warp does (over the draft's 7 tokens: top-k 3 and top-p 0.6 zero some of every law; over
     "wide" drafts' 300 tokens the nucleus is sorted over its first candidates, or more of them at
     temperature 3); a ragged batch's rows (positions, masks and padding of their own) as forward
-    takes them; a head of several decoder layers."""
+    takes them; a head of several decoder layers; the Q8_0 x 8-bit activation products ("q8")."""
     vocab, subset = (VOCAB, SUBSET) if layers != "wide" else (400, torch.arange(0, 400, 4).repeat_interleave(3)
                                                                    + torch.arange(3).repeat(100))
-    target, draft = tiny_feature_pair(vocab, subset, quantize="int8", layers=1 if layers == "wide" else layers)
+    if layers == "q8" and not int8_activations_compiled():
+        pytest.skip("the Q8_0 x 8-bit product runs compiled on AVX-512 VNNI only")
+    target, draft = tiny_feature_pair(vocab, subset, quantize="q8" if layers == "q8" else "int8",
+                                      layers=layers if isinstance(layers, int) else 1)
     assert draft.compiled_block is not None
     compiled_calls, runs = [], []
     sample_block, draft_block = FeatureDraft.sample_block, Decoder.draft_block

@@ -1,4 +1,5 @@
-"""The GGUF block product: weights found exactly as GGML Q4_1 / Q8_0 blocks (never quantized), and
+"""The GGUF block product: weights found exactly as GGML Q4_1 / Q8_0 blocks (a target's never
+quantized; a feature draft's rounded to Q8_0 blocks once, ``quantize_q8_0``), and
 the block kernel's products bit-identical to the float32 panel product over the same weights, for
 every row count and every shape the models use; a Llama target run on its blocks decodes exactly
 what it decodes on float32 weights. The blocks times 8-bit activations (llama.cpp's arithmetic, a
@@ -15,7 +16,7 @@ import torch
 
 from draftverify.models import gpt2 as gpt2_module
 from draftverify.models.ggml_blocks import (BLOCK, BlockLinear, dequantize, find_q4_1, find_q8_0, int8_activation_product,
-                                            int8_activations_compiled, random_q4_1, round_activations)
+                                            int8_activations_compiled, quantize_q8_0, random_q4_1, round_activations)
 from draftverify.models.gpt2 import Linear
 from draftverify.models.hf import TransformersModel
 from draftverify.models.panel_mm import PanelLinear, kernel
@@ -65,6 +66,34 @@ def test_q8_0_blocks_are_found_exactly_and_nothing_else_is():
     nudged[40, 7] = torch.nextafter(nudged[40, 7], torch.tensor(1.0))
     assert find_q8_0(nudged) is None
     assert find_q8_0(torch.randn(64, 16)) is None
+
+
+def test_a_weight_rounded_to_q8_0_blocks_is_found_exactly_within_half_a_step():
+    weight = torch.randn(96, 40, generator=torch.Generator().manual_seed(5)) * 0.05
+    weight[32:64, 3] = 0  # a block of zeros stays zeros
+    rounded = quantize_q8_0(weight)
+    q, d = find_q8_0(rounded)
+    assert torch.equal(q.float() * d.float().repeat_interleave(BLOCK, 0), rounded)
+    step = d.float().repeat_interleave(BLOCK, 0)  # each weight's block scale
+    assert bool(((rounded - weight).abs() <= step * 0.5 * (1 + 1e-3)).all()) and not torch.equal(rounded, weight)
+    assert bool((rounded[32:64, 3] == 0).all())
+    assert torch.equal(quantize_q8_0(rounded), rounded)  # blocks already: unchanged
+    blocks, _, _ = q8_0_weight((64, 9), 1)
+    assert torch.equal(quantize_q8_0(blocks), blocks)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_q8_0(torch.randn(40, 8))
+    with pytest.raises(ValueError, match="overflows float16"):
+        quantize_q8_0(torch.full((32, 2), 1e8))
+
+
+def test_q8_products_are_the_rounded_blocks_times_8_bit_activations():
+    weight = torch.randn(64, 24, generator=torch.Generator().manual_seed(6))
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(7))
+    product = Linear.of(weight, None, "q8", "eager")
+    assert isinstance(product, BlockLinear) and product.activations == "int8" and product.format == "Q8_0"
+    torch.testing.assert_close(product(x), BlockLinear(quantize_q8_0(weight), None, "int8", compiled=False)(x), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="panel-avx2"):
+        Linear.of(weight, None, "q8", "panel-avx2")
 
 
 def test_weights_that_cannot_be_blocks_are_refused_by_name():

@@ -25,6 +25,10 @@ float32-activation blocks, 41 against 108 for five). It is a different model fro
 (held-out loss +0.004 nats a token on SmolLM2, as weight-only int8; ``docs/results/heldout_loss.py``)
 whose law the verifiers keep exactly like any other target's; a row's result does not depend on the
 other rows of the call.
+
+A feature draft's float32 weights are rounded to Q8_0 blocks once (:func:`quantize_q8_0`, ggml's
+``quantize_row_q8_0``; ``Linear.of(..., quantize="q8")``) and run on the same 8-bit activation
+product: the one place weights are quantized here, for a draft whose law is whatever it runs.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import torch
 from .panel_mm import kernel, pack
 
 __all__ = ["ACTIVATIONS", "BLOCK", "BlockLinear", "NotBlocks", "dequantize", "find_q4_1", "find_q8_0", "int8_activation_product",
-           "int8_activations_compiled", "random_q4_1", "round_activations"]
+           "int8_activations_compiled", "quantize_q8_0", "random_q4_1", "round_activations"]
 
 BLOCK = 32  # weights per block, along the input dimension
 PANEL = 16  # output columns per panel of blocks: one AVX-512 register
@@ -126,6 +130,22 @@ def find_q8_0(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     if not bool(((q.abs() <= 127) & (q * d[:, None] == blocks)).all()):
         return None
     return q.to(torch.int8).view_as(weight), d.half()
+
+
+def quantize_q8_0(weight: torch.Tensor) -> torch.Tensor:
+    """The float32 weight [K, N] rounded to Q8_0 blocks along K, as ggml quantizes a row
+    (``quantize_row_q8_0``): per block of 32, ``d = max |w| / 127`` stored in float16, ``q =
+    round(w / d)`` in -127..127; returns ``d q`` in float32, which :func:`find_q8_0` recovers
+    exactly. Each weight moves by at most about d / 2 (a block below float16's smallest scale becomes
+    zeros, as in ggml). ``ValueError`` unless K is a multiple of 32, or where a block's scale
+    overflows float16."""
+    blocks = _blocks(weight)
+    d = (blocks.abs().amax(1) / 127).half().float()  # [B, N]
+    q = (blocks / torch.where(d > 0, d, 1)[:, None]).round_().clamp_(-127, 127)
+    rounded = (q * d[:, None]).view_as(weight)
+    if find_q8_0(rounded) is None:
+        raise ValueError("weight: a block's scale max |w| / 127 overflows float16; it cannot be Q8_0 blocks")
+    return rounded
 
 
 def round_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .ggml_blocks import BlockLinear
+from .ggml_blocks import BlockLinear, quantize_q8_0
 from .panel_mm import ISAS, PanelLinear, quantize_int8
 from .panel_mm import kernel as panel_kernel
 
@@ -103,10 +103,16 @@ class Linear:
         to the float32 panel product); on a CPU without AVX-512, the float32 product with a warning.
         ``quantize="gguf-q8"``: those blocks times the activations rounded to 8 bits per block of 32, as
         llama.cpp multiplies them (a new model; AVX-512 VNNI, where the CPU lacks it or ``kernel="eager"``
-        the same arithmetic in torch)."""
-        if quantize not in (None, *QUANTIZE):
-            raise ValueError(f"quantize must be None or one of {QUANTIZE}, got {quantize!r}")
+        the same arithmetic in torch). ``quantize="q8"`` (a feature draft's, not a target's option):
+        the float32 weight rounded to Q8_0 blocks (:func:`.ggml_blocks.quantize_q8_0`), then as
+        "gguf-q8"."""
+        if quantize not in (None, *QUANTIZE, "q8"):
+            raise ValueError(f"quantize must be None or one of {(*QUANTIZE, 'q8')}, got {quantize!r}")
         quantize = None if quantize == "float32" else quantize
+        if quantize == "q8":
+            if kernel == "panel-avx2":
+                raise ValueError("quantize='q8' runs on AVX-512 VNNI (or eagerly); kernel='panel-avx2' conflicts")
+            return BlockLinear(quantize_q8_0(weight), bias, "int8", None if kernel is None else kernel != "eager")
         panels = ("panel", *(f"panel-{isa}" for isa in ISAS))
         if kernel not in (None, "eager", *panels):
             raise ValueError(f"kernel must be None, 'eager' or one of {panels}, got {kernel!r}")
