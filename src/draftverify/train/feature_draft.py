@@ -183,9 +183,12 @@ def deepen(head: FeatureHead, layers: int, seed: int = 0) -> FeatureHead:
     """``head`` with decoder layers added after its own up to ``layers``, each new one starting as
     the identity (its attention's output and its MLP's down projections zero, so the residual stream
     passes through; the other weights drawn under ``seed``): the deeper head drafts as ``head`` does
-    until it is trained further. ``ValueError`` if ``head`` has more layers already."""
+    until it is trained further; ``head`` itself where it has ``layers`` already (no copy, the random
+    state untouched). ``ValueError`` if ``head`` has more layers already."""
     if layers < len(head.layers):
         raise ValueError(f"layers: the head has {len(head.layers)} decoder layers already, more than {layers}")
+    if layers == len(head.layers):
+        return head
     torch.manual_seed(seed)
     deeper = FeatureHead(head.config, head.vocab, layers)
     deeper.load_state_dict(head.state_dict(), strict=False)  # the new layers' weights are the missing keys
