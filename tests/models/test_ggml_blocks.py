@@ -17,7 +17,7 @@ import torch
 from draftverify.models import gpt2 as gpt2_module
 from draftverify.models.ggml_blocks import (BLOCK, BlockLinear, dequantize, find_q4_1, find_q8_0, int8_activation_product,
                                             int8_activations_compiled, quantize_q8_0, random_q4_1, round_activations)
-from draftverify.models.gpt2 import Linear
+from draftverify.models.gpt2 import Linear, q8_compiled
 from draftverify.models.hf import TransformersModel
 from draftverify.models.panel_mm import PanelLinear, kernel
 from draftverify.models.toy import tiny_causal_lm
@@ -94,6 +94,11 @@ def test_q8_products_are_the_rounded_blocks_times_8_bit_activations():
     torch.testing.assert_close(product(x), BlockLinear(quantize_q8_0(weight), None, "int8", compiled=False)(x), rtol=0, atol=0)
     with pytest.raises(ValueError, match="panel-avx2"):
         Linear.of(weight, None, "q8", "panel-avx2")
+    for quantize in ("q8", "gguf-q8"):  # a kernel that names nothing is refused here as for float32 weights
+        with pytest.raises(ValueError, match="kernel must be"):
+            Linear.of(weight, None, quantize, "panel-sse")
+    assert not q8_compiled("eager") and not q8_compiled("panel-avx2")
+    assert q8_compiled() == q8_compiled("panel") == int8_activations_compiled()
 
 
 def test_weights_that_cannot_be_blocks_are_refused_by_name():

@@ -44,8 +44,8 @@ from torch import nn
 
 from ..probs import check_warping
 from .base import Cache, LanguageModel, chunk_counts, chunk_positions
-from .ggml_blocks import BLOCK, int8_activations_compiled
-from .gpt2 import Linear, output_logits
+from .ggml_blocks import BLOCK
+from .gpt2 import Linear, output_logits, q8_compiled
 from .hf import TransformersModel
 from .llama import compiled_layers, compiled_products, layer_weights, llama_layers
 from .masks import causal_mask, slot_mask
@@ -139,12 +139,12 @@ class FeatureHead(nn.Module):
         return head.eval()
 
 
-def _count_exact(cache: Cache, exact: torch.Tensor, valid: torch.Tensor | None, size: int) -> None:
-    """After a forward of ``size`` positions (``valid`` [B, S] or None) whose features came from
-    the target where ``exact`` [B, S]: extend each row's leading slots computed from the target's
-    features (``cache.backend.exact``) by the forward's, if the row's slots were all such before."""
+def _count_exact(cache: Cache, exact: torch.Tensor, valid: torch.Tensor | None, counts: list[int]) -> None:
+    """After a forward of a chunk (``valid`` [B, S] or None; ``counts`` its new slots per row, as
+    :func:`~.base.chunk_counts` gives them) whose features came from the target where ``exact``
+    [B, S]: extend each row's leading slots computed from the target's features
+    (``cache.backend.exact``) by the forward's, if the row's slots were all such before."""
     fresh = (exact if valid is None else valid & exact).sum(1).tolist()  # new slots from the target's features
-    counts = [size] * len(fresh) if valid is None else valid.sum(1).tolist()
     backend = cache.backend
     for b, (new, count) in enumerate(zip(fresh, counts)):
         before = cache.held[b] - count
@@ -199,8 +199,7 @@ class FeatureDraft(LanguageModel):
             config = head.config
             inputs = (2 * config.hidden_size, config.hidden_size, config.num_attention_heads * config.head_dim,
                       config.intermediate_size)
-            blocks = all(size % BLOCK == 0 for size in inputs) and kernel not in ("eager", "panel-avx2")
-            quantize = "q8" if blocks and int8_activations_compiled() else "int8"
+            quantize = "q8" if all(size % BLOCK == 0 for size in inputs) and q8_compiled(kernel) else "int8"
         self.quantize = quantize
         target.keep_features()
         self.head_module = head.eval()
@@ -308,7 +307,7 @@ class FeatureDraft(LanguageModel):
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
             subset = output_logits(self.output, self.head_module.head, hidden[:, -num_logits:]).view(rows * num_logits, -1)  # [B n, N]
-        _count_exact(cache, exact, valid, size)
+        _count_exact(cache, exact, valid, chunk_counts(cache, tokens, valid))
         backend.last_position = positions[:, -1].tolist()
         return subset.view(rows, num_logits, -1)  # over the support: zero draft probability outside it
 
@@ -357,7 +356,7 @@ class FeatureDraft(LanguageModel):
                 kv.values, kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block,
                 length, temperature, top_k, top_p, generator)  # [B, L], [B, L, N], [B, E]
             kv.advance(fed)
-        _count_exact(cache, exact, valids[0], size)
+        _count_exact(cache, exact, valids[0], counts)
         cache.append(drafted[:, :-1], None, [length - 1] * rows)
         backend.last, backend.last_position = last, positions[:, -1].tolist()
         return drafted, laws.new_zeros((rows, length, self.vocab_size)).index_copy_(2, self.support, laws)

@@ -31,12 +31,12 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .ggml_blocks import BlockLinear, quantize_q8_0
+from .ggml_blocks import BlockLinear, int8_activations_compiled, quantize_q8_0
 from .panel_mm import ISAS, PanelLinear, quantize_int8
 from .panel_mm import kernel as panel_kernel
 
 __all__ = ["QUANTIZE", "GPT2Weights", "KVWrite", "Linear", "gpt2_forward", "is_lean_gpt2", "linear_bytes", "onednn_packing",
-           "output_logits"]
+           "output_logits", "q8_compiled"]
 
 # the target's weight formats: float32 (also None), weight-only int8 (a new model), its GGUF blocks (the same
 # model), its GGUF blocks times activations rounded to 8 bits as llama.cpp does (a new model)
@@ -83,6 +83,13 @@ def _gguf_fallback() -> None:
                   "stream instead", stacklevel=3)
 
 
+def q8_compiled(kernel: str | None = None) -> bool:
+    """Whether :meth:`Linear.of` with ``quantize="q8"`` (or "gguf-q8") and ``kernel`` runs the
+    compiled 8-bit-activation product: the CPU runs it (AVX-512 VNNI) and ``kernel`` neither asks for
+    the eager arithmetic ("eager") nor conflicts with it ("panel-avx2", refused there)."""
+    return kernel not in ("eager", "panel-avx2") and int8_activations_compiled()
+
+
 class Linear:
     """``x @ weight + bias`` for x [N, in], weight [in, out], through the eager kernel fastest for N
     (module doc); :meth:`of` picks the panel kernel instead where it runs."""
@@ -109,17 +116,14 @@ class Linear:
         if quantize not in (None, *QUANTIZE, "q8"):
             raise ValueError(f"quantize must be None or one of {(*QUANTIZE, 'q8')}, got {quantize!r}")
         quantize = None if quantize == "float32" else quantize
-        if quantize == "q8":
-            if kernel == "panel-avx2":
-                raise ValueError("quantize='q8' runs on AVX-512 VNNI (or eagerly); kernel='panel-avx2' conflicts")
-            return BlockLinear(quantize_q8_0(weight), bias, "int8", None if kernel is None else kernel != "eager")
         panels = ("panel", *(f"panel-{isa}" for isa in ISAS))
         if kernel not in (None, "eager", *panels):
             raise ValueError(f"kernel must be None, 'eager' or one of {panels}, got {kernel!r}")
-        if quantize == "gguf-q8":
+        if quantize in ("q8", "gguf-q8"):
             if kernel == "panel-avx2":
-                raise ValueError("quantize='gguf-q8' runs on AVX-512 VNNI (or eagerly); kernel='panel-avx2' conflicts")
-            return BlockLinear(weight, bias, "int8", None if kernel is None else kernel != "eager")
+                raise ValueError(f"quantize={quantize!r} runs on AVX-512 VNNI (or eagerly); kernel='panel-avx2' conflicts")
+            blocks = quantize_q8_0(weight) if quantize == "q8" else weight
+            return BlockLinear(blocks, bias, "int8", None if kernel is None else kernel != "eager")
         if quantize == "gguf":
             if kernel in ("eager", "panel-avx2"):
                 raise ValueError(f"quantize='gguf' runs the panel kernel's AVX-512 block product; kernel={kernel!r} conflicts")
