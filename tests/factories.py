@@ -108,13 +108,14 @@ def tiny_pair(vocab: int, *, tokenizer: Any = None, **options: Any) -> tuple[Tra
 
 
 def tiny_feature_pair(vocab: int, subset: torch.Tensor, *, seed: int = 0, quantize: str | None = None,
-                      layers: int = 1) -> tuple[TransformersModel, FeatureDraft]:
-    """A tiny Llama target and a random feature draft of ``layers`` decoder layers for it over the
-    tokens ``subset`` (float32 by default: compared with the head's own forward; the shipped
-    default is int8)."""
+                      layers: int = 1, fusion: tuple[int, ...] = ()) -> tuple[TransformersModel, FeatureDraft]:
+    """A tiny Llama target (two decoder layers) and a random feature draft of ``layers`` decoder
+    layers for it over the tokens ``subset``, fusing the target's streams after the layers of
+    ``fusion`` (float32 by default: compared with the head's own forward; the shipped default is
+    int8)."""
     target = TransformersModel(tiny_causal_lm(vocab, arch="llama", dtype=torch.float32, seed=seed))
     torch.manual_seed(seed + 1)
-    head = FeatureHead(target.model.config, subset, layers)
+    head = FeatureHead(target.model.config, subset, layers, fusion)
     with torch.no_grad():
         for parameter in head.parameters():
             parameter.add_(torch.randn_like(parameter))  # far from the default init: every term matters

@@ -15,6 +15,7 @@ from draftverify.models.feature_draft import FeatureDraft, FeatureHead, _Backend
 from draftverify.models.ggml_blocks import int8_activations_compiled
 from draftverify.models.hf import TransformersModel
 from draftverify.testing import goodness_of_fit
+from draftverify.train.feature_draft import residual_streams
 from tests.engine.test_draft_length import sometimes_ar
 from tests.factories import tiny_feature_pair
 from tests.verify.broken_twins import AcceptAll
@@ -91,19 +92,24 @@ def test_drafting_over_the_support_draws_what_the_whole_vocabulary_draws(warping
     assert torch.all(probs[..., outside] == 0) and bool(torch.isin(tokens, SUBSET).all())
 
 
-@pytest.mark.parametrize("layers", [1, 2])
-def test_the_draft_reads_the_targets_features_of_the_previous_position(layers):
+@pytest.mark.parametrize("layers,fusion", [(1, ()), (2, ()), (1, (1,))])
+def test_the_draft_reads_the_targets_features_of_the_previous_position(layers, fusion):
     # through the caches, position j reads the target's feature at j - 1: the same logits as the
-    # head's teacher-forced forward over the target's own final hidden states
-    target, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers)
+    # head's teacher-forced forward over the target's own final hidden states (and, fused, its
+    # residual stream after the first layer, as transformers computes it)
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers, fusion=fusion)
     tokens = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     target_cache = target.new_cache(1)
     target.forward(target_cache, tokens[:, :-1])  # the target has scored all but the last token
     logits = draft.forward(draft.new_cache(1, target_cache), tokens, None, tokens.shape[1])[0][:, SUBSET]  # [S, N]
     with torch.no_grad():
         features = target.model.model(input_ids=tokens).last_hidden_state  # [1, S, E]
+        if fusion:
+            assert float(draft.head_module.fuse.weight.abs().min()) > 0  # the streams count
+            features = torch.cat([features, residual_streams(target.model, tokens, fusion)], -1)  # [1, S, 2E]
+        assert target_cache.backend.features.shape[2] == features.shape[2]
         assert torch.allclose(target_cache.backend.features, features[:, :-1], atol=1e-5)
-        previous = torch.nn.functional.pad(features[:, :-1], (0, 0, 1, 0))
+        previous = torch.nn.functional.pad(draft.head_module.fused(features)[:, :-1], (0, 0, 1, 0))
         expected = draft.head_module.head(draft.head_module(target.model.get_input_embeddings()(tokens), previous))[0]
     # float32 rounding, in other orders of summation, grows through each layer of these large random weights
     assert torch.allclose(logits, expected, atol=1e-4 if layers == 1 else 5e-4)
@@ -119,7 +125,10 @@ def test_one_drafted_position_reads_what_the_block_path_reads(seed):
     backend.last = torch.randn(rows, width, generator=gen)
     backend.last_position = torch.randint(-1, 9, (rows,), generator=gen).tolist()
     holes = torch.rand(2, slots_width, generator=gen) < 0.7 if seed % 2 else None  # a batch's left padding
-    slots = _Slots(torch.randn(2, slots_width, width, generator=gen), holes)  # two target rows: rows read 0, 0, 1, 1
+    streams = seed % 3  # what the target keeps: its final states, then 0-2 streams a fused draft reads with them
+    read = (lambda kept: kept[..., :width] + kept[..., width:].unflatten(-1, (streams, width)).sum(-2)) if streams else None
+    kept = torch.randn(2, slots_width, (1 + streams) * width, generator=gen)  # two target rows: rows read 0, 0, 1, 1
+    slots = _Slots(kept, holes, read or (lambda kept: kept))
     held = torch.randint(0, slots_width + 1, (2,), generator=gen).tolist()
     positions = torch.randint(0, 9, (rows, 1), generator=gen)
     if seed % 4 == 0:  # every row one past the position it fed: the draft's own features
@@ -137,8 +146,8 @@ def test_features_are_read_by_position_through_the_holes_of_a_batch():
     features, valid = torch.randn(3, 7, 4, generator=gen), torch.rand(3, 7, generator=gen) < 0.6
     reordered = torch.stack([torch.cat([row[ok], row[~ok]]) for row, ok in zip(features, valid)])
     rows, positions = torch.tensor([[0], [2], [1]]), torch.tensor([[0, 1, 2], [3, 0, 6], [5, 4, 1]])
-    assert torch.equal(_Slots(features, valid).at(rows, positions), reordered[rows, positions])
-    assert torch.equal(_Slots(features, None).at([1, 2], [3, 0]), features[[1, 2], [3, 0]])
+    assert torch.equal(_Slots(features, valid, lambda kept: kept).at(rows, positions), reordered[rows, positions])
+    assert torch.equal(_Slots(features, None, lambda kept: kept).at([1, 2], [3, 0]), features[[1, 2], [3, 0]])
 
 
 def test_positions_drafted_from_its_own_features_are_dropped_at_the_next_crop():
@@ -154,19 +163,33 @@ def test_positions_drafted_from_its_own_features_are_dropped_at_the_next_crop():
     assert cache.held == [4] and draft.backend_length(cache) == 4
 
 
+def test_a_fused_draft_needs_streams_its_target_has_and_keeps():
+    target, _ = tiny_feature_pair(VOCAB, SUBSET)
+    head = FeatureHead(target.model.config, SUBSET, 1, (2,))  # the tiny target has two decoder layers
+    with pytest.raises(ValueError, match="streams: increasing layer counts in \\(0, 2\\)"):
+        FeatureDraft(head, target)
+    plain = FeatureDraft(FeatureHead(target.model.config, SUBSET), target)
+    fused = FeatureDraft(FeatureHead(target.model.config, SUBSET, 1, (1,)), target)  # beside a plain one: both read
+    cache = target.new_cache(1)
+    target.forward(cache, torch.tensor([[3, 1, 4]]))
+    assert cache.backend.features.shape[2] == 2 * target.config.hidden_size
+    for draft in (plain, fused):
+        draft.forward(draft.new_cache(1, cache), torch.tensor([[3, 1, 4, 1]]))
+
+
 def test_a_feature_draft_needs_the_targets_cache():
     target, draft = tiny_feature_pair(VOCAB, SUBSET)
     with pytest.raises(ValueError, match="target_cache"):
         draft.new_cache(1)
 
 
-@pytest.mark.parametrize("layers", [1, 2])
-def test_save_and_load_keep_the_head(tmp_path, layers):
-    _, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers)
+@pytest.mark.parametrize("layers,fusion", [(1, ()), (2, ()), (1, (1,))])
+def test_save_and_load_keep_the_head(tmp_path, layers, fusion):
+    _, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers, fusion=fusion)
     draft.head_module.save(tmp_path)
     assert is_feature_draft(tmp_path) and not is_feature_draft(tmp_path / "nothing")
     loaded = FeatureHead.load(tmp_path)
-    assert torch.equal(loaded.vocab, SUBSET) and len(loaded.layers) == layers
+    assert torch.equal(loaded.vocab, SUBSET) and len(loaded.layers) == layers and loaded.fusion == fusion
     for name, value in draft.head_module.state_dict().items():
         if value.is_floating_point():  # stored as float16
             assert torch.allclose(loaded.state_dict()[name], value.half().float())
@@ -208,11 +231,14 @@ def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, v
 
 
 @pytest.mark.parametrize("method,draft_length,quantize", [("sd", 2, "int8"), (AcceptAll(), 2, "int8"),
-                                                           ("sd", "ar-steps", "int8"), ("sd", 2, "q8"), (AcceptAll(), 2, "q8")],
-                         ids=["sd", "accept-all", "sd-with-ar-steps", "sd-q8", "accept-all-q8"])
+                                                           ("sd", "ar-steps", "int8"), ("sd", 2, "q8"), (AcceptAll(), 2, "q8"),
+                                                           ("sd", 2, "fused"), (AcceptAll(), 2, "fused")],
+                         ids=["sd", "accept-all", "sd-with-ar-steps", "sd-q8", "accept-all-q8", "sd-fused", "accept-all-fused"])
 def test_the_engine_with_a_feature_draft_samples_the_targets_law(method, draft_length, quantize):
     vocab, num_tokens, samples = 3, 3, 2000
-    target, draft = tiny_feature_pair(vocab, torch.tensor([0, 2]), seed=4, quantize=quantize)  # the shipped drafts' products
+    fusion = (1,) if quantize == "fused" else ()  # a draft fusing the target's stream after its first layer
+    target, draft = tiny_feature_pair(vocab, torch.tensor([0, 2]), seed=4, quantize="int8" if fusion else quantize,
+                                      fusion=fusion)  # the shipped drafts' products
     draft_length = sometimes_ar(2) if draft_length == "ar-steps" else draft_length
     results = generate_batch(target, draft, [[1]] * samples, method, draft_length=draft_length, max_new_tokens=num_tokens, seed=0)
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
@@ -240,7 +266,8 @@ ONE, RAGGED = [[1, 4, 2, 9]], [[1, 4, 2, 9], [3, 5], [7, 1, 1, 6, 2, 8]]  # a ra
     ("kseq", 2, 0.9, dict(top_k=4, top_p=0.8), ONE, 1), ("sd", None, 1.0, {}, RAGGED, 1), ("bv", None, 0.8, {}, RAGGED, 1),
     ("kseq", 2, 0.9, dict(top_p=0.8), RAGGED, 1), ("sd", None, 1.0, {}, ONE, 2), ("bv", None, 0.8, {}, RAGGED, 3),
     ("sd", None, 1.0, dict(top_p=0.6), ONE, "wide"), ("sd", None, 3.0, dict(top_p=0.97), RAGGED, "wide"),
-    ("sd", None, 1.0, {}, RAGGED, "q8"), ("kseq", 2, 0.8, dict(top_k=4), ONE, "q8")])
+    ("sd", None, 1.0, {}, RAGGED, "q8"), ("kseq", 2, 0.8, dict(top_k=4), ONE, "q8"),
+    ("sd", None, 1.0, {}, RAGGED, "fused"), ("bv", None, 0.8, dict(top_p=0.6), ONE, "fused")])
 def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_drafts, temperature, warping, prompts,
                                                                   layers, monkeypatch):
     """csrc/feature_draft.cpp against the decoder's loop over draft.forward: the same drafted tokens
@@ -248,13 +275,15 @@ def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_dr
     probs.warp does (over the draft's 7 tokens: top-k 3 and top-p 0.6 zero some of every law; over
     "wide" drafts' 300 tokens the nucleus is sorted over its first candidates, or more of them at
     temperature 3); a ragged batch's rows (positions, masks and padding of their own) as forward
-    takes them; a head of several decoder layers; the Q8_0 x 8-bit activation products ("q8")."""
+    takes them; a head of several decoder layers; the Q8_0 x 8-bit activation products ("q8"); a
+    head fusing the target's residual stream after its first layer ("fused")."""
     vocab, subset = (VOCAB, SUBSET) if layers != "wide" else (400, torch.arange(0, 400, 4).repeat_interleave(3)
                                                                    + torch.arange(3).repeat(100))
     if layers == "q8" and not int8_activations_compiled():
         pytest.skip("the Q8_0 x 8-bit product runs compiled on AVX-512 VNNI only")
     target, draft = tiny_feature_pair(vocab, subset, quantize="q8" if layers == "q8" else "int8",
-                                      layers=layers if isinstance(layers, int) else 1)
+                                      layers=layers if isinstance(layers, int) else 1,
+                                      fusion=(1,) if layers == "fused" else ())
     assert draft.compiled_block is not None
     compiled_calls, runs = [], []
     sample_block, draft_block = FeatureDraft.sample_block, Decoder.draft_block

@@ -147,3 +147,40 @@ def test_the_python_loop_runs_where_a_product_is_eager_or_heads_are_odd_sizes():
     for model in (TransformersModel(block_llama(), kernel="eager"), TransformersModel(block_llama(), quantize="gguf-q8", kernel="eager"),
                   TransformersModel(tiny_causal_lm(50, arch="llama", width=36, dtype=torch.float32))):  # heads of 18
         assert model._lean.compiled is None
+
+
+@pytest.mark.parametrize("quantize", ["float32", "int8"])
+def test_kept_streams_are_the_residual_streams_after_those_layers(quantize):
+    """A target that keeps streams for a fused feature draft (keep_features((1,))): each slot holds
+    the final hidden state, then the residual stream after the first decoder layer, the compiled
+    loop (run layer range by layer range) as the Python loop and as transformers' own layers."""
+    from draftverify.train.feature_draft import residual_streams
+
+    tokens = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(1))
+    kept = []
+    for model in twins(quantize):
+        model.keep_features((1,))
+        cache = model.new_cache(2)
+        model.forward(cache, tokens[:, :6])
+        model.forward(cache, tokens[:, 6:])  # a second chunk appends after the first
+        kept.append(cache.backend.features)  # [B, 9, 2E]
+    torch.testing.assert_close(*kept, rtol=1e-4, atol=1e-4)  # the stream before any norm: larger than the logits
+    if quantize == "float32":
+        with torch.no_grad():
+            final = twins(quantize)[0].model.model(input_ids=tokens).last_hidden_state
+            expected = torch.cat([final, residual_streams(twins(quantize)[0].model, tokens, (1,))], -1)
+        torch.testing.assert_close(kept[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_target_keeps_one_set_of_streams():
+    model = twins("float32")[0]
+    for bad in [(0,), (2,), (1, 1)]:  # two decoder layers: a stream after the first only
+        with pytest.raises(ValueError, match="streams"):
+            model.keep_features(bad)
+    model.keep_features((1,))
+    model.keep_features()  # a draft reading the final states alone reads the first E columns
+    assert model.feature_streams == (1,) and model.feature_size == 2 * model.config.hidden_size
+    big = TransformersModel(tiny_causal_lm(50, arch="llama", layers=3, dtype=torch.float32, seed=0))
+    big.keep_features((1,))
+    with pytest.raises(ValueError, match="keeps the streams after layers \\(1,\\)"):
+        big.keep_features((2,))

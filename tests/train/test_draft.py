@@ -145,6 +145,44 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
                     start=tmp_path / "stage2")
 
 
+def test_a_fused_stage_grows_the_fusion_from_a_trained_draft_and_computes_the_streams_once(target_folder, tmp_path,
+                                                                                          monkeypatch):
+    from draftverify.models.feature_draft import FeatureDraft, FeatureHead
+    from draftverify.models.pair import load_draft
+    from draftverify.train import draft_pipeline
+    from draftverify.train.feature_draft import extract_fusion, load_feature_rows, residual_streams
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    plain = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
+    train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
+                teacher=teacher, draft=plain, log=lambda _: None)
+    shards = tmp_path / "first" / "teacher"
+    with pytest.raises(ValueError, match="fusion: .* holds the streams after layers None"):
+        load_feature_rows(shards, (1,))  # not extracted yet
+    fused = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, seed=1, calibration=0,
+                               fusion=(1,))
+    record = train_draft(target_folder, tmp_path / "second", tmp_path / "stage2", label_minutes=0, train_minutes=1,
+                         teacher=teacher, draft=fused, extra_shards=(shards,), start=tmp_path / "stage1",
+                         log=lambda _: None)
+    assert tuple(record["draft"]["fusion"]) == (1,) and record["last_step"]["step"] == 2
+    target = TransformersModel.from_pretrained(target_folder)
+    streams = np.load(shards / "fusion-00000.npy")  # [n, S, E] float16, beside the shard's features
+    tokens = np.load(shards / "shard-00000.npz")["tokens"]
+    expected = residual_streams(target.model, torch.from_numpy(np.maximum(tokens, 0).astype(np.int64)), (1,))
+    torch.testing.assert_close(torch.from_numpy(streams.astype(np.float32)), expected, atol=2e-3, rtol=2e-3)
+    before, after = FeatureHead.load(tmp_path / "stage1"), FeatureHead.load(tmp_path / "stage2")
+    assert before.fusion == () and after.fusion == (1,) and bool(after.fuse.weight.detach().any())  # trained from zero
+    draft = load_draft(tmp_path / "stage2", target)
+    assert isinstance(draft, FeatureDraft) and target.feature_streams == (1,)
+    assert extract_fusion(target.model, shards, (1,), log=lambda _: None) == 0  # computed once
+    with pytest.raises(ValueError, match="streams: .* holds the streams after layers \\[1\\]"):
+        extract_fusion(target.model, shards, (1, 2), log=lambda _: None)
+    with pytest.raises(ValueError, match="start: it fuses the target's streams after layers \\(1,\\)"):
+        train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
+                    teacher=teacher, draft=plain, extra_shards=(shards,), start=tmp_path / "stage2")
+
+
 def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_path, monkeypatch):
     from draftverify.models.pair import load_ngram_draft
     from draftverify.train import draft_pipeline

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftverify.train.feature_draft import deepen, draft_ahead_mask, draft_passes
+from draftverify.train.feature_draft import deepen, draft_ahead_mask, draft_passes, residual_streams, with_fusion
 from tests.factories import tiny_feature_pair
 
 VOCAB = 11
@@ -16,9 +16,9 @@ SUBSET = torch.tensor([0, 2, 3, 5, 7, 8, 10])
 TOKENS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 0, 7]])
 
 
-@pytest.mark.parametrize("ahead,layers", [(1, 1), (2, 1), (3, 1), (2, 2)])
-def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead, layers):
-    target, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers)
+@pytest.mark.parametrize("ahead,layers,fusion", [(1, 1, ()), (2, 1, ()), (3, 1, ()), (2, 2, ()), (2, 1, (1,))])
+def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead, layers, fusion):
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers, fusion=fusion)
     j = TOKENS.shape[1] - 1  # the position drafted `ahead` steps after the target's last scored one
     target_cache = target.new_cache(1)
     target.forward(target_cache, TOKENS[:, : j - ahead])  # the target has scored positions < j - ahead
@@ -27,9 +27,11 @@ def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead, lay
     for i in range(j - ahead + 1, j + 1):  # then one drafted position at a time: its own features
         logits = draft.forward(cache, TOKENS[:, i: i + 1])[0, -1, SUBSET]
     with torch.no_grad():
-        features = target.model.model(input_ids=TOKENS).last_hidden_state
+        kept = target.model.model(input_ids=TOKENS).last_hidden_state
+        if fusion:
+            kept = torch.cat([kept, residual_streams(target.model, TOKENS, fusion)], -1)
         embedded = target.model.get_input_embeddings()(TOKENS)
-        previous = F.pad(features[:, :-1], (0, 0, 1, 0))  # what training's first pass reads (no noise)
+        previous = F.pad(draft.head_module.fused(kept)[:, :-1], (0, 0, 1, 0))  # what training's first pass reads (no noise)
         trained = draft.head_module.head(draft_passes(draft.head_module, embedded, previous, ahead + 1)[ahead][0, j])
     torch.testing.assert_close(logits, trained, atol=1e-3, rtol=1e-3)
 
@@ -61,3 +63,24 @@ def test_a_deepened_head_drafts_as_the_head_it_grew_from_until_trained():
     assert deepen(head, 1) is head
     with pytest.raises(ValueError, match="layers: the head has 3"):
         deepen(deeper, 2)
+
+
+def test_a_head_grown_a_fusion_drafts_as_the_head_until_trained():
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    head = draft.head_module
+    fused = with_fusion(head, (1,))
+    assert fused.fusion == (1,) and not fused.fuse.weight.detach().any()
+    with torch.no_grad():
+        final = target.model.model(input_ids=TOKENS).last_hidden_state
+        kept = torch.cat([final, residual_streams(target.model, TOKENS, (1,))], -1)  # [1, S, 2E]
+        embedded = target.model.get_input_embeddings()(TOKENS)
+        assert torch.equal(fused.fused(kept), final)  # g = f while the fusion is zero
+        assert torch.equal(fused(embedded, fused.fused(kept)), head(embedded, final))
+        fused.fuse.weight.normal_()  # trained: the stream counts
+        assert not torch.allclose(fused.fused(kept), final)
+    assert with_fusion(fused, (1,)) is fused and with_fusion(head, ()) is head
+    with pytest.raises(ValueError, match="fusion: the head fuses the streams after layers \\(1,\\) already"):
+        with_fusion(fused, (2,))
+    assert deepen(fused, 2).fusion == (1,) and torch.equal(deepen(fused, 2).fuse.weight, fused.fuse.weight)
+    with pytest.raises(ValueError, match="fusion: increasing"):
+        type(head)(head.config, head.vocab, 1, (2, 1))

@@ -33,8 +33,9 @@ def _decoding_draft_probs(target, draft, position: int, ahead: int) -> torch.Ten
     return torch.softmax(logits[0, -1].double(), -1)
 
 
-def test_teacher_forced_acceptance_drafted_ahead_is_the_decoding_drafts_overlap_at_every_position():
-    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+@pytest.mark.parametrize("fusion", [(), (1,)])
+def test_teacher_forced_acceptance_drafted_ahead_is_the_decoding_drafts_overlap_at_every_position(fusion):
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, fusion=fusion)
     values = ahead_acceptance(target, draft.head_module, TOKENS[:PROMPT], TOKENS[PROMPT:], 3)
     answer = len(TOKENS) - PROMPT
     assert [len(v) for v in values] == [answer, answer - 1, answer - 2]  # q ahead: the first q positions cannot be
@@ -122,3 +123,21 @@ def test_source_acceptance_is_the_teacher_forced_measure_after_each_windows_cont
     assert report["a"] != report["b"]
     with pytest.raises(ValueError, match="source: 3 windows asked"):
         source_acceptance(target, {"a": draft.head_module}, HeldoutSettings(source=3, tokens=6))
+
+
+def test_one_target_pass_serves_heads_fusing_the_same_streams():
+    target, plain = tiny_feature_pair(VOCAB, SUBSET)
+    _, fused = tiny_feature_pair(VOCAB, SUBSET, fusion=(1,))
+    scored = heldout.target_pass(target, TOKENS[:PROMPT], TOKENS[PROMPT:], (1,))
+    assert scored.features.shape[2] == 2 * target.config.hidden_size
+    assert heldout._fusion({"a": plain.head_module, "b": fused.head_module}) == (1,)
+    for head in (plain.head_module, fused.head_module):  # the plain head reads the final states of the same pass
+        alone = heldout.target_pass(target, TOKENS[:PROMPT], TOKENS[PROMPT:], head.fusion)
+        for (_, got), (_, expected) in zip(heldout.ahead_rows(scored, head, 2), heldout.ahead_rows(alone, head, 2)):
+            assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match="head: it fuses the streams after layers \\(1,\\)"):
+        heldout.ahead_rows(heldout.target_pass(target, TOKENS[:PROMPT], TOKENS[PROMPT:]), fused.head_module, 2)
+    other = copy.deepcopy(fused.head_module)
+    other.fusion = (2,)
+    with pytest.raises(ValueError, match="heads: one target pass"):
+        heldout._fusion({"a": fused.head_module, "b": other})

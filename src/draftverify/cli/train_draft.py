@@ -49,6 +49,10 @@ def train_draft(
     calibration: Annotated[int | None, typer.Option(min=0, help="Held-out chat prompts the output temperature is "
                                                     "fitted on after training; 0: none (--kind feature).",
                                                     show_default="32")] = None,
+    fusion: Annotated[str | None, typer.Option(help="Fuse the target's residual streams after these layer counts "
+                                                    "into the head's input, e.g. '3,15' (EAGLE-3); with --from, a "
+                                                    "head without them grows the fusion, zero at first "
+                                                    "(--kind feature).", show_default="none")] = None,
 ) -> int:
     """Label chat answers with the target and train a draft on them (resumable)."""
     from ..models.gguf import converted_folder
@@ -58,8 +62,13 @@ def train_draft(
     from ..train.ngram import NGramConfig
     from ..train.teacher import TeacherConfig
 
+    if fusion is not None:
+        try:
+            fusion = tuple(int(part) for part in fusion.split(","))
+        except ValueError:
+            raise ValueError(f"--fusion: layer counts separated by commas, e.g. '3,15', got {fusion!r}") from None
     schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, layers=layers, unroll=unroll, seed=seed,
-                                                     calibration=calibration).items() if v is not None}
+                                      calibration=calibration, fusion=fusion).items() if v is not None}
     configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule),
                "llama": lambda: DraftConfig(steps=steps), "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:

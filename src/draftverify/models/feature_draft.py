@@ -16,6 +16,16 @@ the softmax over that subset and exactly zero outside it (:meth:`FeatureDraft.fo
 ``-inf`` logits there; the subset is the model's ``support``, over which a decoding warps and
 samples), which is the law the drafted tokens are sampled from, so every exact verifier stays exact.
 
+A fused head (``fusion``, EAGLE-3, Li et al. 2025, section 3.2) reads more of the target than its
+last layer: for f_{j-1} it takes g_{j-1} = f_{j-1} + W [rms(s_1); ...; rms(s_n)], the target's
+residual streams after the layers of ``fusion`` projected onto a correction of the final feature
+(:func:`fused_features`; EAGLE-3 puts low, middle and high layers through one fc layer: here the
+high one is f itself, so a head whose W is zero drafts as the head without it, and a trained head
+grows a fusion without losing what it drafts). Its own f^ still stands in for g where the target has
+not scored, as EAGLE-3's draft feeds its own output there. On SmolLM2 (streams after layers 3 and 15
+of 30) the pilot of 2026-11-27 gained +0.0038 first-position acceptance (paired s.e. 0.0004) over the
+same head trained without them on the same 300 batches (MODEL_CARD.md).
+
 The target keeps its features in its KV cache, slot by slot
 (:meth:`~.hf.TransformersModel.keep_features`); the draft's cache holds a reference to the target's
 cache (:meth:`FeatureDraft.new_cache`). Keys and values that the layer computed from its own
@@ -36,7 +46,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +61,7 @@ from .llama import compiled_layers, compiled_products, layer_weights, llama_laye
 from .masks import causal_mask, slot_mask
 from .static_cache import StaticKV
 
-__all__ = ["FeatureDraft", "FeatureHead", "is_feature_draft"]
+__all__ = ["FeatureDraft", "FeatureHead", "fused_features", "is_feature_draft"]
 
 _CONFIG = "feature-draft.json"
 _WEIGHTS = "feature-draft.pt"
@@ -68,25 +78,50 @@ class _Slots:
     slots read are gathered (reordering the whole [B_t, W, E] cost ~1.2 ms a draft forward for a
     batch of 8 at a context of 150-250 tokens)."""
 
-    def __init__(self, features: torch.Tensor, valid: torch.Tensor | None):
-        self.features, self.width = features, features.shape[1]
+    def __init__(self, features: torch.Tensor, valid: torch.Tensor | None,
+                 read: Callable[[torch.Tensor], torch.Tensor]):
+        self.features, self.width, self.read = features, features.shape[1], read
         self.order = None  # [B_t, W]: the slot of each position, each row's valid slots first
         if valid is not None:
             key = torch.where(valid, torch.arange(self.width), self.width + torch.arange(self.width))
             self.order = key.argsort(1)
 
     def at(self, rows, positions) -> torch.Tensor:
-        """The features of ``positions`` of target ``rows`` (index arrays that broadcast): [..., E]."""
+        """The features of ``positions`` of target ``rows`` (index arrays that broadcast), as ``read``
+        makes them from what the target keeps there: [..., E]."""
         rows, positions = torch.as_tensor(rows), torch.as_tensor(positions)
-        return self.features[rows, positions if self.order is None else self.order[rows, positions]]
+        return self.read(self.features[rows, positions if self.order is None else self.order[rows, positions]])
+
+
+def fused_features(kept: torch.Tensor, streams: int, project: Callable[[torch.Tensor], torch.Tensor],
+                   eps: float) -> torch.Tensor:
+    """A fused draft's input feature g [..., E] from what the target keeps at a position, its final
+    hidden state f followed by ``streams`` residual streams s_1..s_n, [..., (1 + n) E]:
+
+        g = f + W [rms(s_1); ...; rms(s_n)],
+
+    with ``project`` the product by W [n E -> E] (on [N, n E] rows) and rms the RMS norm without a
+    weight (``eps``). EAGLE-3 (Li et al. 2025, section 3.2) feeds its draft the target's low, middle
+    and high layers through one fc layer; here the high one is the final hidden state itself and the
+    others enter as a correction to it, so a head whose W is zero drafts as the head without them
+    (a trained feature draft grows a fusion without losing what it drafts: :func:`~draftverify.train.feature_draft.with_fusion`),
+    and each stream is normalised first (SmolLM2's middle stream has an RMS near 250, its final
+    state near 2). ``streams`` 0: f itself."""
+    width = kept.shape[-1] // (1 + streams)
+    final = kept[..., :width]
+    if not streams:
+        return final
+    normed = F.rms_norm(kept[..., width:].unflatten(-1, (streams, width)), (width,), None, eps)  # [..., n, E]
+    return final + project(normed.reshape(-1, streams * width)).view(final.shape)
 
 
 class FeatureHead(nn.Module):
     """The trainable part of a feature draft: ``fc`` [2E -> E], ``layers`` Llama decoder layers of
     the target's shape (EAGLE's one by default), a final RMS norm and the output layer over ``vocab``
-    (module doc)."""
+    (module doc); with ``fusion`` (increasing layer counts of the target), ``fuse`` [n E -> E],
+    zero at first, over the target's residual streams after those layers (:func:`fused_features`)."""
 
-    def __init__(self, target_config: Any, vocab: torch.Tensor, layers: int = 1):
+    def __init__(self, target_config: Any, vocab: torch.Tensor, layers: int = 1, fusion: tuple[int, ...] = ()):
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
@@ -96,6 +131,9 @@ class FeatureHead(nn.Module):
             raise ValueError(f"vocab: expected distinct token ids in [0, {target_config.vocab_size}), sorted ascending")
         if layers < 1:
             raise ValueError(f"layers: a feature head has at least one decoder layer, got {layers}")
+        fusion = tuple(int(n) for n in fusion)
+        if list(fusion) != sorted(set(fusion)) or any(n < 1 for n in fusion):
+            raise ValueError(f"fusion: increasing positive layer counts of the target, got {fusion}")
         super().__init__()
         config = LlamaConfig(**{**target_config.to_dict(), "num_hidden_layers": layers})
         config._attn_implementation = "sdpa"  # causal without a mask when training
@@ -107,6 +145,15 @@ class FeatureHead(nn.Module):
         self.norm = LlamaRMSNorm(width, eps=config.rms_norm_eps)
         self.head = nn.Linear(width, len(vocab), bias=False)
         self.register_buffer("vocab", vocab)  # [N] token ids
+        self.fusion = fusion
+        self.fuse = nn.Linear(len(fusion) * width, width, bias=False) if fusion else None
+        if self.fuse is not None:
+            nn.init.zeros_(self.fuse.weight)
+
+    def fused(self, kept: torch.Tensor) -> torch.Tensor:
+        """The input features g [..., E] from the target's kept states [..., (1 + n) E] (the final
+        hidden state, then the streams of :attr:`fusion`; :func:`fused_features`)."""
+        return fused_features(kept, len(self.fusion), self.fuse, self.config.rms_norm_eps)
 
     def forward(self, embedded: torch.Tensor, features: torch.Tensor, positions: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -124,7 +171,8 @@ class FeatureHead(nn.Module):
     def save(self, folder: Path) -> None:
         """``folder/feature-draft.json`` (the target's config and the subset size) and the weights."""
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / _CONFIG).write_text(json.dumps({"target_config": self.config.to_dict(), "vocab": len(self.vocab)}))
+        (folder / _CONFIG).write_text(json.dumps({"target_config": self.config.to_dict(), "vocab": len(self.vocab),
+                                                  "fusion": list(self.fusion)}))
         torch.save({k: v.half() if v.is_floating_point() else v for k, v in self.state_dict().items()}, folder / _WEIGHTS)
 
     @classmethod
@@ -134,7 +182,7 @@ class FeatureHead(nn.Module):
         meta = json.loads((Path(folder) / _CONFIG).read_text())
         state = torch.load(Path(folder) / _WEIGHTS, weights_only=True)
         config = LlamaConfig(**meta["target_config"])
-        head = cls(config, state["vocab"], config.num_hidden_layers)
+        head = cls(config, state["vocab"], config.num_hidden_layers, tuple(meta.get("fusion", ())))
         head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
         return head.eval()
 
@@ -198,10 +246,10 @@ class FeatureDraft(LanguageModel):
         if quantize == "auto":
             config = head.config
             inputs = (2 * config.hidden_size, config.hidden_size, config.num_attention_heads * config.head_dim,
-                      config.intermediate_size)
+                      config.intermediate_size, len(head.fusion) * config.hidden_size)
             quantize = "q8" if all(size % BLOCK == 0 for size in inputs) and q8_compiled(kernel) else "int8"
         self.quantize = quantize
-        target.keep_features()
+        target.keep_features(head.fusion)
         self.head_module = head.eval()
         self.vocab_size, self.eos_token_id, self.max_length = target.vocab_size, target.eos_token_id, target.max_length
         self.tokenizer = target.tokenizer
@@ -210,6 +258,7 @@ class FeatureDraft(LanguageModel):
             self.embedding = target.model.get_input_embeddings().weight  # [V, E]
             self.fc = Linear.of(head.fc.weight.t(), None, quantize, kernel)  # [2E, E]
             self.output = Linear.of(head.head.weight.t().contiguous(), None, quantize, kernel)  # [E, N]
+            self.fuse = None if head.fuse is None else Linear.of(head.fuse.weight.t().contiguous(), None, quantize, kernel)
         layers = tuple(layer_weights(layer, quantize, kernel) for layer in head.layers)
         self.layer = _Layer(layers, head.rotary, config.num_attention_heads, config.num_key_value_heads,
                             config.head_dim, compiled_layers(layers, config.head_dim))
@@ -249,11 +298,18 @@ class FeatureDraft(LanguageModel):
         the target (or is position 0) [B, S] (module doc)."""
         backend, source = cache.backend, cache.backend.source
         rows, size = positions.shape
-        slots = _Slots(source.backend.features, source.valid if source.holes else None)
+        slots = _Slots(source.backend.features, source.valid if source.holes else None, self._read)
         target_rows = [r * source.batch_size // rows for r in range(rows)]  # [B]: the target row each row reads
         if size == 1:  # a drafted position: decide per row on the host, one gather at most
             return self._position_features(backend, slots, source.held, target_rows, positions[:, 0].tolist())
         return self._block_features(backend, slots, source.held, target_rows, positions)
+
+    def _read(self, kept: torch.Tensor) -> torch.Tensor:
+        """The input features [..., E] from what the target keeps at positions [..., K]: its final
+        hidden state, fused with the streams of the head's ``fusion`` (:func:`fused_features`)."""
+        streams = len(self.head_module.fusion)
+        return fused_features(kept[..., : (1 + streams) * self.norm_shape[0]], streams, self.fuse,
+                              self.head_module.config.rms_norm_eps)
 
     @staticmethod
     def _block_features(backend: _Backend, slots: _Slots, held: list[int], target_rows: list[int],
@@ -266,7 +322,7 @@ class FeatureDraft(LanguageModel):
         held = torch.tensor(held)[target_rows][:, None]  # [B, 1]
         from_target = (previous >= 0) & (previous < held)
         features = slots.at(target_rows[:, None], previous.clamp(0, max(slots.width - 1, 0))) if slots.width else \
-            torch.zeros(rows, size, slots.features.shape[2])
+            torch.zeros(rows, size, backend.last.shape[1])
         own = previous == torch.tensor(backend.last_position)[:, None]  # the position this draft fed last
         features = torch.where(from_target[..., None], features,
                                torch.where(own[..., None], backend.last[:, None], torch.zeros(())))

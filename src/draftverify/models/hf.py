@@ -107,6 +107,7 @@ class TransformersModel(LanguageModel):
             raise ValueError(f"{type(model).__name__}: the static KV cache runs GPT-2 and Llama models only; use 'dynamic'")
         self._static_length = static_length or 0
         self.feature_size = 0  # > 0: caches keep the last hidden state of every slot (keep_features)
+        self.feature_streams: tuple[int, ...] = ()  # and the residual streams after these layer counts
         if not DynamicCache(config=model.config).is_croppable:
             raise ValueError(
                 f"{type(model).__name__}: its cache cannot be cropped (sliding-window or linear-attention "
@@ -139,14 +140,25 @@ class TransformersModel(LanguageModel):
                 tokenizer_object = _load(AutoTokenizer, folder, "tokenizer")
         return cls(model, tokenizer_object, kv_cache=kv_cache, quantize=quantize, kernel=kernel)
 
-    def keep_features(self) -> None:
+    def keep_features(self, streams: tuple[int, ...] = ()) -> None:
         """From now on every new cache keeps, at each slot, the final hidden state (after the final
-        norm) the forward computed there, ``cache.backend.features`` [B, T, E]: what a feature draft
-        (:mod:`.feature_draft`) reads. Lean Llama forwards with the static cache only."""
+        norm) the forward computed there, followed by the residual streams after the first n decoder
+        layers for each n of ``streams`` (:func:`.llama.llama_forward`), ``cache.backend.features``
+        [B, T, (1 + len(streams)) E]: what a feature draft (:mod:`.feature_draft`) reads, the first E
+        columns where it reads the final state alone. Lean Llama forwards with the static cache only;
+        ``ValueError`` for ``streams`` other than those kept already (two fused drafts of one target
+        read the same streams)."""
         if not (self._static and isinstance(self._lean, LlamaWeights)):
             raise ValueError(f"{type(self.model).__name__}: only a Llama model on the static KV cache can keep its "
                              "hidden states for a feature draft")
-        self.feature_size = int(self.config.hidden_size)
+        streams = tuple(streams)
+        if list(streams) != sorted(set(streams)) or any(not 0 < n < len(self._lean.layers) for n in streams):
+            raise ValueError(f"streams: increasing layer counts in (0, {len(self._lean.layers)}), got {streams}")
+        if streams and self.feature_streams and streams != self.feature_streams:
+            raise ValueError(f"streams: this target keeps the streams after layers {self.feature_streams} for a "
+                             f"draft already, not {streams}")
+        self.feature_streams = streams or self.feature_streams
+        self.feature_size = int(self.config.hidden_size) * (1 + len(self.feature_streams))
 
     @property
     def product_bytes(self) -> int | None:
@@ -177,9 +189,10 @@ class TransformersModel(LanguageModel):
             if self._static:
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
-                keep = (kv.write_features,) if self.feature_size else ()  # hidden states for a feature draft
+                # hidden states for a feature draft
+                keep = {"keep": kv.write_features, "streams": self.feature_streams} if self.feature_size else {}
                 valid = cache.valid[:, -tokens.shape[1]:] if cache.holes else None  # the chunk's padding is skipped
-                logits = self._lean(kv, tokens, positions, mask, num_logits, *keep, valid=valid)
+                logits = self._lean(kv, tokens, positions, mask, num_logits, valid=valid, **keep)
                 kv.advance(tokens.shape[1])
             elif self._lean is not None:
                 layers = cache.backend.layers

@@ -77,8 +77,8 @@ class LlamaWeights:
 
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                  num_logits: int, keep: Callable[[torch.Tensor], None] | None = None,
-                 valid: torch.Tensor | None = None) -> torch.Tensor:
-        return llama_forward(self, write, tokens, positions, mask, num_logits, keep, valid)
+                 valid: torch.Tensor | None = None, streams: tuple[int, ...] = ()) -> torch.Tensor:
+        return llama_forward(self, write, tokens, positions, mask, num_logits, keep, valid, streams)
 
 
 def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = None) -> tuple[Any, ...]:
@@ -142,23 +142,35 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
                   mask: torch.Tensor | None, num_logits: int,
-                  keep: Callable[[torch.Tensor], None] | None = None, valid: torch.Tensor | None = None) -> torch.Tensor:
+                  keep: Callable[[torch.Tensor], None] | None = None, valid: torch.Tensor | None = None,
+                  streams: tuple[int, ...] = ()) -> torch.Tensor:
     """Logits [B, num_logits, V] after the last ``num_logits`` of ``tokens`` [B, S]; arguments as
     :func:`~.gpt2.gpt2_forward`, ``valid`` as :func:`llama_layers`. ``keep``, if given, receives the
     final hidden states (after the final norm, what the output layer reads) at all S positions,
-    [B, S, E]: a feature draft's input (at padding, whatever the layers left there)."""
-    x = llama_layers(weights, write, weights.embedding[tokens], positions, mask, valid)  # [B, S, E]
+    [B, S, E]: a feature draft's input (at padding, whatever the layers left there); followed by
+    the residual streams after the first n decoder layers for each n of ``streams`` (increasing,
+    0 < n < the layers), [B, S, (1 + len(streams)) E]: a fused feature draft's input (EAGLE-3)."""
+    if list(streams) != sorted(set(streams)) or any(not 0 < n < len(weights.layers) for n in streams):
+        raise ValueError(f"streams: increasing layer counts in (0, {len(weights.layers)}), got {streams}")
+    if streams and keep is None:
+        raise ValueError("streams: kept with the final hidden states only; give keep")
+    x, kept, start = weights.embedding[tokens], [], 0
+    for stop in (*streams, len(weights.layers)):
+        x = llama_layers(weights, write, x, positions, mask, valid, range(start, stop))  # [B, S, E]
+        kept.append(x)
+        start = stop
     if keep is None:
         return output_logits(weights.head, weights.head_module, weights.final_norm(x[:, -num_logits:]))
     x = weights.final_norm(x)  # [B, S, E]
-    keep(x)
+    keep(torch.cat([x, *kept[:-1]], -1) if streams else x)
     return output_logits(weights.head, weights.head_module, x[:, -num_logits:])  # [B, num_logits, V]
 
 
 def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch.Tensor,
-                 mask: torch.Tensor | None, valid: torch.Tensor | None = None) -> torch.Tensor:
+                 mask: torch.Tensor | None, valid: torch.Tensor | None = None, layers: range | None = None) -> torch.Tensor:
     """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
-    ``head_dim``) applied to the input states ``x`` [B, S, E]: the states after the last layer.
+    ``head_dim``; those of ``layers``, default all) applied to the input states ``x`` [B, S, E]: the
+    states after the last layer.
     Fewer operations a layer than the model's modules, the same arithmetic: the RMS norms as one
     fused operation each (``F.rms_norm``, the modules' formula), queries and keys rotated together.
     Where ``write`` is a :class:`.static_cache.StaticKV` and ``weights.compiled`` is set, the loop
@@ -175,10 +187,13 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     grouped = weights.kv_heads != weights.heads
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     compiled = getattr(weights, "compiled", None)
-    if compiled is not None and isinstance(write, StaticKV):
-        return torch.ops.draftverify.llama_layers(x, cos, sin, mask, valid, write.keys, write.values, write.length,
-                                                  heads, kv_heads, head_dim, *compiled)
-    for index, (norm1, qkv, o_proj, norm2, gate_up, down) in enumerate(weights.layers):
+    first, stop = (0, len(weights.layers)) if layers is None else (layers.start, layers.stop)
+    if compiled is not None and isinstance(write, StaticKV):  # per layer two norms, four products, one cache
+        norms, eps, *products = (items[2 * first: 2 * stop] if i < 2 else items[4 * first: 4 * stop]
+                                 for i, items in enumerate(compiled))
+        return torch.ops.draftverify.llama_layers(x, cos, sin, mask, valid, write.keys[first:stop], write.values[first:stop],
+                                                  write.length, heads, kv_heads, head_dim, norms, eps, *products)
+    for index, (norm1, qkv, o_proj, norm2, gate_up, down) in enumerate(weights.layers[first:stop], first):
         h = F.rms_norm(x, (width,), norm1.weight, norm1.variance_epsilon).view(-1, width)  # [B S, E], as norm1(x)
         qk, v = qkv(h).split([(heads + kv_heads) * head_dim, kv_heads * head_dim], -1)
         qk = _rotate(qk.view(rows, size, heads + kv_heads, head_dim).transpose(1, 2), cos, sin)  # [B, H + H_kv, S, D]

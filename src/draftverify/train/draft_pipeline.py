@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 
 from .draft import DraftConfig, distill_draft, draft_model, load_shards
-from .feature_draft import FeatureDraftConfig, deepen, extract_features, load_feature_rows, new_head, train_feature_head
+from .feature_draft import (FeatureDraftConfig, deepen, extract_features, extract_fusion, load_feature_rows, new_head,
+                            train_feature_head, with_fusion)
 from .ngram import NGramConfig, answer_counts, exact_acceptance, topk_acceptance, train_ngram
 from .teacher import TeacherConfig, chat_prompts, label_shards, label_source_shards, source_windows
 
@@ -43,7 +44,9 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     of ``heldout`` if named: :mod:`.ngram`). A feature draft trains on ``workdir``'s shards and those
     of ``extra_shards``, from a new head or, for a further stage, from the feature draft in folder
     ``start`` (its token subset kept; decoder layers added up to ``draft.layers``, each starting as
-    the identity: :func:`.feature_draft.deepen`). The prompts are ``chat_prompts("train", seed=teacher.seed)``;
+    the identity: :func:`.feature_draft.deepen`; with ``draft.fusion`` a head that fuses no streams
+    grows the fusion, zero at first: :func:`.feature_draft.with_fusion`, the streams computed once per
+    shard by :func:`.feature_draft.extract_fusion`). The prompts are ``chat_prompts("train", seed=teacher.seed)``;
     a feature draft also trains on ``workdir/source``, plain source windows labelled teacher-forced
     for ``source_minutes`` after the answers (:func:`.teacher.label_source_shards` over
     ``source_windows(..., seed=teacher.seed)``). Returns what ``training.json`` records."""
@@ -79,7 +82,10 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
         folders = (workdir / "teacher", *source, *extra_shards)
         for folder in folders:
             extract_features(target.model, folder, log=log)  # shards labelled without features (older runs)
-        rows = [row for folder in folders if any(folder.glob("features-*.npy")) for row in load_feature_rows(folder)]
+            if draft.fusion:
+                extract_fusion(target.model, folder, draft.fusion, log=log)
+        rows = [row for folder in folders if any(folder.glob("features-*.npy"))
+                for row in load_feature_rows(folder, draft.fusion)]
         if not rows:
             raise FileNotFoundError(f"{', '.join(map(str, folders))}: no teacher shards (label some: label_minutes)")
         model = new_head(target.model, rows, draft) if start is None else FeatureHead.load(start)
@@ -88,7 +94,10 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                 raise ValueError(f"start: its subset has {model.vocab.numel()} tokens, the settings ask for {draft.vocab}")
             if len(model.layers) > draft.layers:
                 raise ValueError(f"start: it has {len(model.layers)} decoder layers, the settings ask for {draft.layers}")
-            model = deepen(model, draft.layers, draft.seed)  # the new layers start as the identity
+            if model.fusion and model.fusion != draft.fusion:
+                raise ValueError(f"start: it fuses the target's streams after layers {model.fusion}, the settings ask "
+                                 f"for {draft.fusion or 'none'}")
+            model = with_fusion(deepen(model, draft.layers, draft.seed), draft.fusion)  # new parts start as no-ops
         figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline)
         calibration = _calibrate(target, model, draft.calibration, log) if draft.calibration else None
         model.save(output)

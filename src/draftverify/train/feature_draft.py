@@ -4,10 +4,14 @@ Data: the teacher shards of :mod:`.teacher` (prompts, the target's sampled answe
 top-k at every answer position) plus the target's features, its final hidden state after the final
 norm at every position, ``features-NNNNN.npy`` beside ``shard-NNNNN.npz``: kept by the labelling's
 own forwards (:func:`.teacher.label_shards` with ``features``), or for shards labelled without them
-computed once per shard (:func:`extract_features`, a second pass over the text).
+computed once per shard (:func:`extract_features`, a second pass over the text). A fused head
+(``fusion``) also reads the target's residual streams after those layers, ``fusion-NNNNN.npy``
+[n, S, n_streams E] float16, computed once per shard (:func:`extract_fusion`, a forward that stops
+after the last layer it needs), the folder's ``fusion.json`` naming the layers.
 
 Loss (EAGLE, Li et al. 2024, section 4: feature regression plus the token loss): with f the
-target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, plus Gaussian noise of
+target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, a fused head g_{j-1}
+(:func:`~draftverify.models.feature_draft.fused_features`), plus Gaussian noise of
 ``noise`` times the features' RMS, EAGLE's remedy for its own errors at later draft positions),
 
     smooth_l1(f^_j, f_j)  (every position)  +  cross-entropy + total variation  (answer positions),
@@ -29,6 +33,7 @@ decoding, where the earlier positions hold the target's features.)
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +47,8 @@ from ..models.feature_draft import FeatureHead
 from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
 __all__ = ["CALIBRATION", "FeatureDraftConfig", "deepen", "draft_ahead_mask", "draft_passes", "extract_features",
-           "frequent_tokens", "load_feature_rows", "train_feature_head", "write_features"]
+           "extract_fusion", "frequent_tokens", "load_feature_rows", "residual_streams", "train_feature_head",
+           "with_fusion", "write_features"]
 
 
 CALIBRATION = slice(64, 96)  # the held-out chat prompts a draft is calibrated on; an evaluation reads at most the first 64
@@ -64,11 +70,14 @@ class FeatureDraftConfig:
     seed: int = 0
     checkpoint_every: int = 25
     calibration: int = 32  # held-out chat prompts the output temperature is fitted on after training (0: none)
+    fusion: tuple[int, ...] = ()  # the target's residual streams fused into the input features (EAGLE-3), by layer count
 
     def __post_init__(self) -> None:
         if min(self.vocab, self.layers, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 \
                 or not self.lr > 0:
             raise ValueError("vocab, layers, batch_size, steps, checkpoint_every, unroll and lr must be positive")
+        if list(self.fusion) != sorted(set(self.fusion)) or any(n < 1 for n in self.fusion):
+            raise ValueError(f"fusion: increasing positive layer counts of the target, got {self.fusion}")
         if not 0 <= self.calibration <= CALIBRATION.stop - CALIBRATION.start:
             raise ValueError(f"calibration: 0 to {CALIBRATION.stop - CALIBRATION.start} prompts, got {self.calibration}")
 
@@ -92,6 +101,50 @@ def extract_features(model, folder: Path, log: Callable[[str], None] = print) ->
     return done
 
 
+@torch.no_grad()
+def residual_streams(model, tokens: torch.Tensor, streams: tuple[int, ...]) -> torch.Tensor:
+    """The residual streams of the target (a ``transformers`` Llama) after its first n decoder
+    layers for each n of ``streams``, over ``tokens`` [B, S]: [B, S, len(streams) E]. The forward
+    stops after the last layer it needs (a stream after layer 15 of 30 costs half a forward)."""
+    layers, kept = model.model.layers, {}
+    if not streams or any(not 0 < n < len(layers) for n in streams):
+        raise ValueError(f"streams: layer counts in (0, {len(layers)}), got {streams}")
+    hooks = [layers[n - 1].register_forward_hook(
+        lambda module, args, out, n=n: kept.__setitem__(n, out[0] if isinstance(out, tuple) else out)) for n in streams]
+    try:
+        model.model.layers = layers[: max(streams)]
+        model.model(input_ids=tokens, use_cache=False)
+    finally:
+        model.model.layers = layers
+        for hook in hooks:
+            hook.remove()
+    return torch.cat([kept[n] for n in streams], -1)
+
+
+def extract_fusion(model, folder: Path, streams: tuple[int, ...], log: Callable[[str], None] = print) -> int:
+    """For every teacher shard in ``folder`` without one, ``fusion-NNNNN.npy`` [n, S, len(streams) E]
+    float16: the target's residual streams over each sequence (:func:`residual_streams`), what a
+    fused feature draft reads beside the final features. The folder's ``fusion.json`` records
+    ``streams``; ``ValueError`` if it records others. Returns the shards done."""
+    folder = Path(folder)
+    record = folder / "fusion.json"
+    if record.exists() and tuple(json.loads(record.read_text())["streams"]) != tuple(streams):
+        raise ValueError(f"streams: {folder} holds the streams after layers {json.loads(record.read_text())['streams']}, "
+                         f"not {list(streams)}")
+    done = 0
+    for path in sorted(folder.glob("shard-*.npz")):
+        out = path.with_name(path.name.replace("shard-", "fusion-").replace(".npz", ".npy"))
+        if out.exists():
+            continue
+        record.write_text(json.dumps({"streams": list(streams)}) + "\n")
+        start = time.time()
+        tokens = np.load(path)["tokens"].astype(np.int64)  # [n, S], -1 = padding (right: causal attention keeps it out)
+        write_features(out, residual_streams(model, torch.from_numpy(np.maximum(tokens, 0)), streams).half().numpy())
+        done += 1
+        log(f"{out.name}: {int((tokens >= 0).sum())} positions in {time.time() - start:.0f} s")
+    return done
+
+
 def write_features(path: Path, features: np.ndarray) -> None:
     """Write a shard's features [n, S, E] float16 to ``path`` (``features-NNNNN.npy``) under a hidden
     name first, renamed when complete: :func:`load_feature_rows` never sees a partial file."""
@@ -101,14 +154,30 @@ def write_features(path: Path, features: np.ndarray) -> None:
     partial.rename(path)
 
 
-def load_feature_rows(folder: Path) -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]]:
+def load_feature_rows(folder: Path, fusion: tuple[int, ...] = ()) -> list[tuple]:
     """Every answered prompt of the shards in ``folder`` that have features: (tokens, answer start,
-    top ids [A, k], top probabilities [A, k], features [S, E] float16)."""
-    rows = []
-    for path in sorted(Path(folder).glob("features-*.npy")):
+    top ids [A, k], top probabilities [A, k], features [S, E] float16), and with ``fusion`` the
+    residual streams after those layers [S, n E] float16 (:func:`extract_fusion`; read from disk
+    when a batch needs them). ``FileNotFoundError`` for a shard without them, ``ValueError`` for a
+    folder holding other streams."""
+    folder, rows = Path(folder), []
+    if fusion:
+        record = folder / "fusion.json"
+        held = tuple(json.loads(record.read_text())["streams"]) if record.exists() else None
+        if held != tuple(fusion):
+            raise ValueError(f"fusion: {folder} holds the streams after layers {held}, not {tuple(fusion)} "
+                             "(run extract_fusion)")
+    for path in sorted(folder.glob("features-*.npy")):
         shard = load_shards(path.parent, pattern=path.name.replace("features-", "shard-").replace(".npy", ".npz"))
         features = np.load(path, mmap_mode="r")
-        rows.extend((seq, start, ids, probs, np.asarray(features[i, : len(seq)]))
+        streams = None
+        if fusion:
+            streams_path = path.with_name(path.name.replace("features-", "fusion-"))
+            if not streams_path.exists():
+                raise FileNotFoundError(f"{streams_path}: a shard without its streams (run extract_fusion)")
+            streams = np.load(streams_path, mmap_mode="r")
+        rows.extend((seq, start, ids, probs, np.asarray(features[i, : len(seq)]),
+                     *(() if streams is None else (streams[i, : len(seq)],)))
                     for i, (seq, start, ids, probs) in enumerate(shard))
     if not rows:
         raise FileNotFoundError(f"{folder}: no teacher shards with features (run extract_features first)")
@@ -172,7 +241,8 @@ def new_head(target, rows, config: FeatureDraftConfig) -> FeatureHead:
     tokens; output layer and final norm start as the target's (its rows of the subset), so f^ lives
     where the target's features do."""
     torch.manual_seed(config.seed)
-    head = FeatureHead(target.config, frequent_tokens(rows, config.vocab, target.config.vocab_size), config.layers)
+    head = FeatureHead(target.config, frequent_tokens(rows, config.vocab, target.config.vocab_size), config.layers,
+                       config.fusion)
     with torch.no_grad():
         head.head.weight.copy_(target.lm_head.weight[head.vocab])
         head.norm.weight.copy_(target.model.norm.weight)
@@ -190,7 +260,7 @@ def deepen(head: FeatureHead, layers: int, seed: int = 0) -> FeatureHead:
     if layers == len(head.layers):
         return head
     torch.manual_seed(seed)
-    deeper = FeatureHead(head.config, head.vocab, layers)
+    deeper = FeatureHead(head.config, head.vocab, layers, head.fusion)
     deeper.load_state_dict(head.state_dict(), strict=False)  # the new layers' weights are the missing keys
     with torch.no_grad():
         for layer in deeper.layers[len(head.layers):]:
@@ -199,17 +269,33 @@ def deepen(head: FeatureHead, layers: int, seed: int = 0) -> FeatureHead:
     return deeper
 
 
+def with_fusion(head: FeatureHead, fusion: tuple[int, ...]) -> FeatureHead:
+    """``head`` reading the target's residual streams after the layers of ``fusion`` as well, its
+    ``fuse`` zero (:func:`~draftverify.models.feature_draft.fused_features`): it drafts as ``head``
+    does until trained further; ``head`` itself where it fuses those streams already. ``ValueError``
+    if it fuses others."""
+    fusion = tuple(fusion)
+    if head.fusion == fusion:
+        return head
+    if head.fusion:
+        raise ValueError(f"fusion: the head fuses the streams after layers {head.fusion} already, not {fusion}")
+    fused = FeatureHead(head.config, head.vocab, len(head.layers), fusion)
+    fused.load_state_dict(head.state_dict(), strict=False)  # fuse.weight is the missing key, zero
+    return fused
+
+
 def _batch(rows, indices, embedding: torch.Tensor, vocab_index: torch.Tensor):
-    """Embedded tokens [B, S, E], target features [B, S, E], valid positions [B, S], the answer
-    positions (b, j) [N, 2], and the teacher's top-k there mapped to subset columns [N, k] (a token
-    outside the subset maps to the extra column N_vocab) with its probabilities [N, k]."""
+    """Embedded tokens [B, S, E], what the target keeps [B, S, (1 + n) E] (its features, then the
+    n residual streams of rows that have them), valid positions [B, S], the answer positions (b, j)
+    [N, 2], and the teacher's top-k there mapped to subset columns [N, k] (a token outside the
+    subset maps to the extra column N_vocab) with its probabilities [N, k]."""
     tokens, where, ids, probs = teacher_batch(rows, indices)  # [B, S], [N, 2], [N, k], [N, k]
     lengths = torch.tensor([len(rows[i][0]) for i in indices])
     valid = torch.arange(tokens.shape[1])[None] < lengths[:, None]  # [B, S]
-    features = torch.zeros(*tokens.shape, embedding.shape[1])
+    kept = torch.zeros(*tokens.shape, sum(array.shape[1] for array in rows[indices[0]][4:]))
     for b, i in enumerate(indices):
-        features[b, : lengths[b]] = torch.from_numpy(rows[i][4].astype(np.float32))
-    return embedding[tokens], features, valid, where, vocab_index[ids], probs
+        kept[b, : lengths[b]] = torch.from_numpy(np.concatenate(rows[i][4:], -1).astype(np.float32))
+    return embedding[tokens], kept, valid, where, vocab_index[ids], probs
 
 
 def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConfig, workdir: Path,
@@ -224,14 +310,20 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
     vocab_index = torch.full((embedding.shape[0],), len(head.vocab), dtype=torch.int64)  # token -> subset column
     vocab_index[head.vocab] = torch.arange(len(head.vocab))
     scale = float(np.sqrt(np.mean([np.mean(np.square(r[4][:64].astype(np.float32))) for r in rows[:64]])))
+    width = embedding.shape[1]
+    if len(rows[0]) - 5 != (1 if head.fusion else 0):
+        raise ValueError(f"rows: the head fuses the streams after layers {head.fusion}; load the rows with them "
+                         "(load_feature_rows(folder, fusion))" if head.fusion else
+                         "rows: they carry residual streams the head does not read")
     head.train()
     figures: dict = {"step": step}  # a run resumed at its last step trains no more
     began = time.time()
     while step < config.steps and (deadline is None or time.time() < deadline):
         order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)
-        embedded, features, valid, where, top_ids, top_probs = _batch(rows, order.tolist(), embedding, vocab_index)
+        embedded, kept, valid, where, top_ids, top_probs = _batch(rows, order.tolist(), embedding, vocab_index)
         set_learning_rate(optimizer, config.lr, step, config.warmup, config.steps)
-        previous = F.pad(features[:, :-1], (0, 0, 1, 0))  # [B, S, E]: f_{j-1}, f_{-1} = 0
+        features = kept[..., :width]  # [B, S, E]: the target's final features, what f^ regresses to
+        previous = F.pad(head.fused(kept)[:, :-1], (0, 0, 1, 0))  # [B, S, E]: g_{j-1} (f_{j-1} unfused), g_{-1} = 0
         previous = previous + config.noise * scale * torch.randn_like(previous)
         kept = top_probs * (top_ids < len(head.vocab))  # teacher mass outside the subset goes to the rest bucket
         regression = cross_entropy = variation = 0.0

@@ -45,7 +45,7 @@ from ..engine.generate import generate
 from ..formulas import overlap
 from ..models.chat import encode_prompt
 from ..models.feature_draft import FeatureDraft, FeatureHead
-from .feature_draft import CALIBRATION, draft_passes
+from .feature_draft import CALIBRATION, draft_passes, residual_streams
 from .measure import humaneval_prompts
 from .teacher import chat_prompts, source_windows
 
@@ -115,19 +115,33 @@ class TargetPass:
     """The target's teacher-forced pass over one prompt and its answer: what every head's rows read."""
 
     probs: torch.Tensor  # [S, V] float64: the target's law after each position
-    features: torch.Tensor  # [1, S, E]: its final hidden states
+    features: torch.Tensor  # [1, S, (1 + n) E]: its final hidden states, then the n residual streams of ``fusion``
     embedded: torch.Tensor  # [1, S, E]: its token embeddings
     first: int  # len(prompt) - 1, the last prompt position
+    fusion: tuple[int, ...] = ()  # the layer counts of the streams kept
 
 
 @torch.no_grad()
-def target_pass(target: Any, prompt: Sequence[int], answer: Sequence[int]) -> TargetPass:
-    """The target's pass over ``prompt`` + ``answer``; ``target`` is a lean Llama
-    (:class:`~draftverify.models.hf.TransformersModel`)."""
+def target_pass(target: Any, prompt: Sequence[int], answer: Sequence[int], fusion: tuple[int, ...] = ()) -> TargetPass:
+    """The target's pass over ``prompt`` + ``answer``, with its residual streams after the layers of
+    ``fusion`` (:func:`.feature_draft.residual_streams`) for heads that fuse them; ``target`` is a
+    lean Llama (:class:`~draftverify.models.hf.TransformersModel`)."""
     sequence = torch.tensor([list(prompt) + list(answer)])  # [1, S]
     logits = target.forward(target.new_cache(1), sequence, None, sequence.shape[1])[0]
-    return TargetPass(torch.softmax(logits.double(), -1), target.model.model(input_ids=sequence).last_hidden_state,
-                      target.model.get_input_embeddings()(sequence), len(prompt) - 1)
+    features = target.model.model(input_ids=sequence).last_hidden_state  # [1, S, E]
+    if fusion:
+        features = torch.cat([features, residual_streams(target.model, sequence, tuple(fusion))], -1)
+    return TargetPass(torch.softmax(logits.double(), -1), features, target.model.get_input_embeddings()(sequence),
+                      len(prompt) - 1, tuple(fusion))
+
+
+def _fusion(heads: dict[str, FeatureHead]) -> tuple[int, ...]:
+    """The streams one target pass keeps for all ``heads``: those their fusing heads share (a head
+    without fusion reads the final states alone); ``ValueError`` if two fuse different ones."""
+    fusions = {head.fusion for head in heads.values() if head.fusion}
+    if len(fusions) > 1:
+        raise ValueError(f"heads: one target pass serves heads fusing the same streams, got {sorted(fusions)}")
+    return fusions.pop() if fusions else ()
 
 
 @torch.no_grad()
@@ -136,10 +150,14 @@ def ahead_rows(scored: TargetPass, head: FeatureHead, ahead: int) -> list[tuple[
     logits over them [n, N] (float64) at the answer positions j (predicting token j + 1) with
     j - q >= ``scored.first``, where the target last scored a prompt or answer token, the draft
     drafting q positions ahead (module doc). The draft's probability outside its tokens is zero, so
-    ``sum_x min(T(x), D(x))`` needs only these."""
+    ``sum_x min(T(x), D(x))`` needs only these. ``ValueError`` if the head fuses streams the pass
+    did not keep."""
+    if head.fusion and head.fusion != scored.fusion:
+        raise ValueError(f"head: it fuses the streams after layers {head.fusion}; the target's pass kept {scored.fusion}")
     size, first = scored.probs.shape[0], scored.first
     target_probs = scored.probs[:, head.vocab]
-    passes = draft_passes(head, scored.embedded, F.pad(scored.features[:, :-1], (0, 0, 1, 0)), ahead)
+    kept = scored.features[..., : (1 + len(head.fusion)) * scored.embedded.shape[2]]
+    passes = draft_passes(head, scored.embedded, F.pad(head.fused(kept)[:, :-1], (0, 0, 1, 0)), ahead)
     return [(target_probs[first + q: size - 1], head.head(predicted[0, first + q: size - 1]).double())
             for q, predicted in enumerate(passes)]
 
@@ -148,7 +166,7 @@ def ahead_acceptance(target: Any, head: FeatureHead, prompt: Sequence[int], answ
                      ahead: int) -> list[torch.Tensor]:
     """Per answer position, ``sum_x min(T(x), D(x))`` with the draft drafting q = 0..ahead-1
     positions ahead: tensor q over the positions :func:`ahead_rows` gives."""
-    return _overlaps(target_pass(target, prompt, answer), head, ahead)
+    return _overlaps(target_pass(target, prompt, answer, head.fusion), head, ahead)
 
 
 def _overlaps(scored: TargetPass, head: FeatureHead, ahead: int) -> list[torch.Tensor]:
@@ -165,7 +183,7 @@ def fit_temperature(target: Any, head: FeatureHead, prompts: Sequence[Sequence[i
         raise ValueError(f"candidates: temperatures > 0, got {tuple(candidates)}")
     sums, counts = torch.zeros(len(candidates), ahead, dtype=torch.float64), torch.zeros(ahead, dtype=torch.float64)
     for prompt, answer in zip(prompts, answers):
-        for q, (target_probs, logits) in enumerate(ahead_rows(target_pass(target, prompt, answer), head, ahead)):
+        for q, (target_probs, logits) in enumerate(ahead_rows(target_pass(target, prompt, answer, head.fusion), head, ahead)):
             counts[q] += len(target_probs)
             for c, tau in enumerate(candidates):
                 sums[c, q] += overlap(target_probs, torch.softmax(logits / tau, -1)).sum()
@@ -226,7 +244,7 @@ def step_start_acceptance(target: Any, heads: dict[str, FeatureHead], runs: Sequ
     per_ahead = {name: [[] for _ in range(ahead)] for name in heads}
     expected: dict[str, list[float]] = {name: [] for name in heads}
     for result in runs:
-        scored, starts = target_pass(target, result.prompt_ids, result.tokens), step_starts(result)
+        scored, starts = target_pass(target, result.prompt_ids, result.tokens, _fusion(heads)), step_starts(result)
         for name, head in heads.items():
             values = _overlaps(scored, head, ahead)
             for start in starts:
@@ -252,7 +270,7 @@ def source_acceptance(target: Any, heads: dict[str, FeatureHead], settings: Held
         raise ValueError(f"source: {settings.source} windows asked, the held-out files hold {len(windows)}")
     per_ahead = {name: [[] for _ in range(settings.ahead)] for name in heads}
     for window in windows[: settings.source]:
-        scored = target_pass(target, window[:SOURCE_CONTEXT], window[SOURCE_CONTEXT:])
+        scored = target_pass(target, window[:SOURCE_CONTEXT], window[SOURCE_CONTEXT:], _fusion(heads))
         for name, head in heads.items():
             for q, values in enumerate(_overlaps(scored, head.eval(), settings.ahead)):
                 per_ahead[name][q].append(values)
@@ -282,7 +300,7 @@ def evaluate_drafts(target: Any, heads: dict[str, FeatureHead], settings: Heldou
     per_ahead = {name: [[] for _ in range(settings.ahead)] for name in heads}
     mass: dict[str, list[torch.Tensor]] = {name: [] for name in heads}
     for prompt, answer in zip(prompts, answers):  # the target's pass once per answer, for every head
-        scored = target_pass(target, prompt, answer)
+        scored = target_pass(target, prompt, answer, _fusion(heads))
         for name, head in heads.items():
             for q, (target_probs, logits) in enumerate(ahead_rows(scored, head.eval(), settings.ahead)):
                 per_ahead[name][q].append(overlap(target_probs, torch.softmax(logits, -1)))

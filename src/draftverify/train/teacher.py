@@ -152,7 +152,9 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     kept = None
     if features:
         model.forward(cache, token[:, None])  # the last tokens drawn get their slots, hence their features
-        slots = cache.backend.features  # [B, W, E] in slot order; with holes, a row's valid slots are its positions
+        # [B, W, E] in slot order (the final states, without any streams the target keeps for a fused draft);
+        # with holes, a row's valid slots are its positions
+        slots = cache.backend.features[..., : model.config.hidden_size]
         kept = [(slots[b][cache.valid[b]] if cache.holes else slots[b])[: len(prompts[b]) + len(answers[b])].clone()
                 for b in range(rows)]
     return Answers(answers, torch.stack(top_ids, 1), torch.stack(top_probs, 1), kept)
@@ -230,7 +232,7 @@ def label_source_shards(target, windows: list[list[int]], out: Path, config: Tea
         logits = target.forward(cache, batch, None, size - context + 1)[:, :-1]  # [B, A, V]: the laws of tokens context..S-1
         tops = [torch.topk(torch.softmax(row.double(), -1), config.top_k, -1) for row in logits]  # a row at a time: [A, V] float64
         return [(batch[b].numpy().astype(np.int32), context, top.indices.to(torch.int32).numpy(),
-                 top.values.numpy().astype(np.float16), cache.backend.features[b, :size].clone() if features else None)
+                 top.values.numpy().astype(np.float16), cache.backend.features[b, :size, : target.config.hidden_size].clone() if features else None)
                 for b, top in enumerate(tops)]
 
     return _write_shards(out, len(windows), config, label, features, deadline, log, "source shard")
