@@ -57,7 +57,7 @@ from .base import Cache, LanguageModel, chunk_counts, chunk_positions
 from .ggml_blocks import BLOCK
 from .gpt2 import Linear, output_logits, q8_compiled
 from .hf import TransformersModel
-from .llama import compiled_layers, compiled_products, layer_weights, llama_layers
+from .llama import compiled_layers, compiled_products, layer_counts, layer_weights, llama_layers
 from .masks import causal_mask, slot_mask
 from .static_cache import StaticKV
 
@@ -131,9 +131,7 @@ class FeatureHead(nn.Module):
             raise ValueError(f"vocab: expected distinct token ids in [0, {target_config.vocab_size}), sorted ascending")
         if layers < 1:
             raise ValueError(f"layers: a feature head has at least one decoder layer, got {layers}")
-        fusion = tuple(int(n) for n in fusion)
-        if list(fusion) != sorted(set(fusion)) or any(n < 1 for n in fusion):
-            raise ValueError(f"fusion: increasing positive layer counts of the target, got {fusion}")
+        fusion = layer_counts(fusion, name="fusion")  # the target's layers: checked where it keeps them
         super().__init__()
         config = LlamaConfig(**{**target_config.to_dict(), "num_hidden_layers": layers})
         config._attn_implementation = "sdpa"  # causal without a mask when training

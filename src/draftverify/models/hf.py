@@ -25,7 +25,7 @@ import torch
 from .base import Cache, LanguageModel
 from .ggml_blocks import BlockLinear
 from .gpt2 import GPT2Weights, is_lean_gpt2
-from .llama import LlamaWeights, is_lean_llama
+from .llama import LlamaWeights, is_lean_llama, layer_counts
 from .masks import additive, causal_mask, slot_mask, tree_mask
 from .static_cache import StaticKV
 
@@ -151,9 +151,7 @@ class TransformersModel(LanguageModel):
         if not (self._static and isinstance(self._lean, LlamaWeights)):
             raise ValueError(f"{type(self.model).__name__}: only a Llama model on the static KV cache can keep its "
                              "hidden states for a feature draft")
-        streams = tuple(streams)
-        if list(streams) != sorted(set(streams)) or any(not 0 < n < len(self._lean.layers) for n in streams):
-            raise ValueError(f"streams: increasing layer counts in (0, {len(self._lean.layers)}), got {streams}")
+        streams = layer_counts(streams, len(self._lean.layers))
         if streams and self.feature_streams and streams != self.feature_streams:
             raise ValueError(f"streams: this target keeps the streams after layers {self.feature_streams} for a "
                              f"draft already, not {streams}")

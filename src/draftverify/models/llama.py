@@ -10,7 +10,8 @@ the norms come from the model's own modules, so rope-scaling variants and norm d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +23,8 @@ from .ggml_blocks import BlockLinear
 from .panel_mm import ISAS, PanelLinear
 from .static_cache import StaticKV
 
-__all__ = ["LlamaWeights", "compiled_layers", "compiled_products", "is_lean_llama", "llama_forward", "llama_layers",
-           "layer_weights"]
+__all__ = ["LlamaWeights", "compiled_layers", "compiled_products", "is_lean_llama", "layer_counts", "llama_forward",
+           "llama_layers", "layer_weights"]
 
 
 def is_lean_llama(model: Any) -> bool:
@@ -140,6 +141,17 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
+def layer_counts(counts: Sequence[int], layers: int | None = None, name: str = "streams") -> tuple[int, ...]:
+    """``counts`` as a tuple of the residual streams a forward keeps, each named by how many decoder
+    layers precede it: increasing, each in (0, ``layers``) (positive where ``layers`` is None, the
+    target not at hand); ``ValueError`` naming ``name`` otherwise."""
+    counts = tuple(counts)
+    if list(counts) != sorted(set(counts)) or any(not 0 < n < (layers or math.inf) for n in counts):
+        bounds = f"in (0, {layers})" if layers else "positive"
+        raise ValueError(f"{name}: increasing layer counts {bounds}, got {counts}")
+    return counts
+
+
 def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
                   mask: torch.Tensor | None, num_logits: int,
                   keep: Callable[[torch.Tensor], None] | None = None, valid: torch.Tensor | None = None,
@@ -150,8 +162,7 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
     [B, S, E]: a feature draft's input (at padding, whatever the layers left there); followed by
     the residual streams after the first n decoder layers for each n of ``streams`` (increasing,
     0 < n < the layers), [B, S, (1 + len(streams)) E]: a fused feature draft's input (EAGLE-3)."""
-    if list(streams) != sorted(set(streams)) or any(not 0 < n < len(weights.layers) for n in streams):
-        raise ValueError(f"streams: increasing layer counts in (0, {len(weights.layers)}), got {streams}")
+    streams = layer_counts(streams, len(weights.layers))
     if streams and keep is None:
         raise ValueError("streams: kept with the final hidden states only; give keep")
     x, kept, start = weights.embedding[tokens], [], 0

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.feature_draft import FeatureHead
+from ..models.llama import layer_counts
 from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_learning_rate, teacher_batch
 
 __all__ = ["CALIBRATION", "FeatureDraftConfig", "deepen", "draft_ahead_mask", "draft_passes", "extract_features",
@@ -76,8 +77,7 @@ class FeatureDraftConfig:
         if min(self.vocab, self.layers, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 \
                 or not self.lr > 0:
             raise ValueError("vocab, layers, batch_size, steps, checkpoint_every, unroll and lr must be positive")
-        if list(self.fusion) != sorted(set(self.fusion)) or any(n < 1 for n in self.fusion):
-            raise ValueError(f"fusion: increasing positive layer counts of the target, got {self.fusion}")
+        object.__setattr__(self, "fusion", layer_counts(self.fusion, name="fusion"))  # a list from JSON: a tuple
         if not 0 <= self.calibration <= CALIBRATION.stop - CALIBRATION.start:
             raise ValueError(f"calibration: 0 to {CALIBRATION.stop - CALIBRATION.start} prompts, got {self.calibration}")
 
@@ -107,8 +107,8 @@ def residual_streams(model, tokens: torch.Tensor, streams: tuple[int, ...]) -> t
     layers for each n of ``streams``, over ``tokens`` [B, S]: [B, S, len(streams) E]. The forward
     stops after the last layer it needs (a stream after layer 15 of 30 costs half a forward)."""
     layers, kept = model.model.layers, {}
-    if not streams or any(not 0 < n < len(layers) for n in streams):
-        raise ValueError(f"streams: layer counts in (0, {len(layers)}), got {streams}")
+    if not layer_counts(streams, len(layers)):
+        raise ValueError("streams: at least one layer count")
     hooks = [layers[n - 1].register_forward_hook(
         lambda module, args, out, n=n: kept.__setitem__(n, out[0] if isinstance(out, tuple) else out)) for n in streams]
     try:
