@@ -150,7 +150,7 @@ def test_a_fused_stage_grows_the_fusion_from_a_trained_draft_and_computes_the_st
     from draftverify.models.feature_draft import FeatureDraft, FeatureHead
     from draftverify.models.pair import load_draft
     from draftverify.train import draft_pipeline
-    from draftverify.train.feature_draft import extract_fusion, load_feature_rows, residual_streams
+    from draftverify.train.feature_draft import extract_fusion, load_feature_rows, residual_streams, train_feature_head
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
@@ -181,6 +181,10 @@ def test_a_fused_stage_grows_the_fusion_from_a_trained_draft_and_computes_the_st
     with pytest.raises(ValueError, match="start: it fuses the target's streams after layers \\(1,\\)"):
         train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
                     teacher=teacher, draft=plain, extra_shards=(shards,), start=tmp_path / "stage2")
+    for head, rows, match in [(after, load_feature_rows(shards), "the head fuses the streams after layers \\(1,\\)"),
+                              (before, load_feature_rows(shards, (1,)), "residual streams the head does not read")]:
+        with pytest.raises(ValueError, match=f"rows: .*{match}"):  # rows and head must agree on the streams
+            train_feature_head(head, target.model, rows, plain, tmp_path / "y", log=lambda _: None)
 
 
 def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_path, monkeypatch):
