@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,14 +69,17 @@ def test_q8_0_blocks_are_found_exactly_and_nothing_else_is():
     assert find_q8_0(torch.randn(64, 16)) is None
 
 
-def test_a_weight_rounded_to_q8_0_blocks_is_found_exactly_within_half_a_step():
+def test_a_weight_rounded_to_q8_0_blocks_is_found_exactly_within_a_step_and_a_sixteenth():
     weight = torch.randn(96, 40, generator=torch.Generator().manual_seed(5)) * 0.05
     weight[32:64, 3] = 0  # a block of zeros stays zeros
     rounded = quantize_q8_0(weight)
     q, d = find_q8_0(rounded)
     assert torch.equal(q.float() * d.float().repeat_interleave(BLOCK, 0), rounded)
-    step = d.float().repeat_interleave(BLOCK, 0)  # each weight's block scale
-    assert bool(((rounded - weight).abs() <= step * 0.5 * (1 + 1e-3)).all()) and not torch.equal(rounded, weight)
+    step = d.float().repeat_interleave(BLOCK, 0)  # each weight's block scale (its float16 value)
+    # ggml rounds q with the float32 scale and stores it in float16 (relative error <= 2^-11), so
+    # |w - d q| <= d / 2 + 127 |d - d16| <= (1/2 + 127 / 2048) d, with a little for the float32 arithmetic
+    assert bool(((rounded - weight).abs() <= step * (0.5 + 127 / 2048) * (1 + 1e-3)).all())
+    assert not torch.equal(rounded, weight)
     assert bool((rounded[32:64, 3] == 0).all())
     assert torch.equal(quantize_q8_0(rounded), rounded)  # blocks already: unchanged
     blocks, _, _ = q8_0_weight((64, 9), 1)
@@ -84,6 +88,23 @@ def test_a_weight_rounded_to_q8_0_blocks_is_found_exactly_within_half_a_step():
         quantize_q8_0(torch.randn(40, 8))
     with pytest.raises(ValueError, match="overflows float16"):
         quantize_q8_0(torch.full((32, 2), 1e8))
+
+
+@pytest.mark.parametrize("scale", [0.05, 1e-4, 1e-5, 1e-7, 1e-9])
+def test_rounding_to_q8_0_blocks_is_ggmls_bit_for_bit(scale):
+    """The reference quantizer of the ``gguf`` package (ggml's ``quantize_row_q8_0_ref``) gives the
+    same codes and scales, weights whose float16 scale is a subnormal (1e-4, 1e-5, refused before
+    2026-11-27) and weights below its smallest scale (zeros) included."""
+    from gguf import GGMLQuantizationType, quants
+
+    weight = torch.randn(64, 24, generator=torch.Generator().manual_seed(8)) * scale
+    weight[:, 0] = torch.tensor([0.5, -0.5, 1.5, 2.5] * 16) * weight[:, 0].abs().max() / 63.5  # ties (x / d = k + 1/2)
+    rounded = quantize_q8_0(weight)
+    packed = quants.quantize(weight.T.contiguous().numpy(), GGMLQuantizationType.Q8_0)  # rows along K, as ggml's
+    expected = quants.dequantize(packed, GGMLQuantizationType.Q8_0).T
+    assert torch.equal(rounded, torch.from_numpy(np.ascontiguousarray(expected)))
+    found = find_q8_0(rounded)
+    assert found is not None and torch.equal(found[0].float() * found[1].float().repeat_interleave(BLOCK, 0), rounded)
 
 
 def test_q8_products_are_the_rounded_blocks_times_8_bit_activations():

@@ -133,16 +133,23 @@ def find_q8_0(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 
 def quantize_q8_0(weight: torch.Tensor) -> torch.Tensor:
-    """The float32 weight [K, N] rounded to Q8_0 blocks along K, as ggml quantizes a row
-    (``quantize_row_q8_0``): per block of 32, ``d = max |w| / 127`` stored in float16, ``q =
-    round(w / d)`` in -127..127; returns ``d q`` in float32, which :func:`find_q8_0` recovers
-    exactly. Each weight moves by at most about d / 2 (a block below float16's smallest scale becomes
-    zeros, as in ggml). ``ValueError`` unless K is a multiple of 32, or where a block's scale
+    """The float32 weight [K, N] rounded to Q8_0 blocks along K bit for bit as ggml quantizes a row
+    (``quantize_row_q8_0_ref``): per block of 32, ``d = max |w| / 127`` in float32, ``q = w (1 / d)``
+    rounded half away from zero (C's ``roundf``), so the largest |q| is 127, and d stored in
+    float16; returns ``d q`` in float32 with that stored d, which :func:`find_q8_0` recovers exactly
+    (its d = max |d q| / 127). Each weight moves by about d / 2 at most, more where the stored d is a
+    float16 subnormal (a block of weights below about 4e-3: the scale keeps fewer bits), and a block
+    below float16's smallest scale becomes zeros, as in ggml. (Before 2026-11-27 q was rounded with
+    the stored d: where that subnormal d was rounded up no |q| reached 127 and such blocks, weights
+    near 1e-4, were refused.) ``ValueError`` unless K is a multiple of 32, or where a block's scale
     overflows float16."""
     blocks = _blocks(weight)
-    d = (blocks.abs().amax(1) / 127).half().float()  # [B, N]
-    q = (blocks / torch.where(d > 0, d, 1)[:, None]).round_().clamp_(-127, 127)
-    rounded = (q * d[:, None]).view_as(weight)
+    d = blocks.abs().amax(1) / 127  # [B, N]
+    inverse = torch.where(d > 0, 1 / torch.where(d > 0, d, 1), 0)[:, None]
+    scaled = (blocks * inverse).abs()
+    whole = scaled.floor()
+    q = (blocks.sign() * (whole + (2 * (scaled - whole)).floor_()))  # roundf, half away from zero (exact: no x + 0.5)
+    rounded = (q * d.half().float()[:, None]).view_as(weight)
     if find_q8_0(rounded) is None:
         raise ValueError("weight: a block's scale max |w| / 127 overflows float16; it cannot be Q8_0 blocks")
     return rounded
