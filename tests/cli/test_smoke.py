@@ -120,6 +120,7 @@ SLOW = [
     (["train-draft", "--kind", "feature", "--fusion", "3,x", "--label-minutes", "0"], 2),  # layer counts
     (["train-draft", "--kind", "feature", "--fusion", "15,3", "--label-minutes", "0"], 2),  # increasing
     (["train-draft", "--kind", "ngram", "--fusion", "3", "--label-minutes", "0"], 2),  # feature only
+    (["train-draft", "--prompts", "site", "--label-minutes", "0"], 2),  # stdlib or packages
     (["evaluate-draft", "--chat", "1", "--humaneval", "1", "--tokens", "4", "--ahead", "2", "--draft-length", "2",
       "--context", "64", "--seed", "100", "--source", "1", "--target", "smollm2", "--threads", "1", "--engine",
       "--answers", "{tmp}/answers.json", "--json", "{tmp}/heldout.json"], 0),  # the default pair's draft, held out

@@ -71,10 +71,67 @@ def test_labelling_keeps_the_features_of_every_position(target_folder, tmp_path)
         torch.testing.assert_close(torch.from_numpy(features.astype(np.float32)), expected, atol=2e-3, rtol=2e-3)
 
 
+def test_labelling_keeps_the_streams_a_fused_draft_reads_from_its_own_forwards(target_folder, tmp_path):
+    """With ``streams`` the answers' and the source windows' shards get ``fusion-NNNNN.npy`` from the
+    labelling's forwards: the target's residual streams (a truncated transformers pass) at every
+    position, the final features unchanged beside them; ``extract_fusion`` then has nothing to do,
+    and a folder holding other streams is refused before any labelling."""
+    from draftverify.train.feature_draft import extract_fusion, load_feature_rows, residual_streams
+    from draftverify.train.teacher import label_shards, label_source_shards
+
+    target = TransformersModel.from_pretrained(target_folder)
+    teacher = TeacherConfig(batch_size=3, max_new_tokens=7, top_k=4, prompts_per_shard=3)
+    windows = torch.randint(0, target.vocab_size, (3, 12), generator=torch.Generator().manual_seed(0)).tolist()
+    assert label_shards(target, ["def add(a, b):", "x", "import os"], tmp_path / "chat", teacher, log=lambda _: None,
+                        features=True, streams=(1,)) == 1
+    assert label_source_shards(target, windows, tmp_path / "source", teacher, context=5, log=lambda _: None,
+                               features=True, streams=(1,)) == 1
+    for folder in (tmp_path / "chat", tmp_path / "source"):
+        assert extract_fusion(target.model, folder, (1,), log=lambda _: None) == 0  # kept already
+        rows = load_feature_rows(folder, (1,))
+        assert len(rows) == 3 and len(rows[0]) == 6
+        for tokens, _, _, _, features, streams in rows:
+            ids = torch.from_numpy(tokens.astype(np.int64))[None]
+            with torch.inference_mode():
+                final = target.model.model(input_ids=ids).last_hidden_state[0]
+            expected = residual_streams(target.model, ids, (1,))[0]
+            assert streams.shape == tuple(expected.shape) and not np.array_equal(streams, features)
+            torch.testing.assert_close(torch.from_numpy(streams.astype(np.float32)), expected, atol=2e-3, rtol=2e-3)
+            torch.testing.assert_close(torch.from_numpy(features.astype(np.float32)), final, atol=2e-3, rtol=2e-3)
+    with pytest.raises(ValueError, match="streams: .* holds the streams after layers \\[1\\], not \\[2\\]"):
+        label_shards(TransformersModel.from_pretrained(target_folder), ["y"] * 6, tmp_path / "chat", teacher,
+                     features=True, streams=(2,))
+    assert len(list((tmp_path / "chat").glob("shard-*.npz"))) == 1  # nothing labelled
+    with pytest.raises(ValueError, match="streams: kept with the features only"):
+        label_source_shards(target, windows, tmp_path / "x", teacher, context=5, streams=(1,))
+
+
+def test_the_prompts_come_from_the_standard_library_or_the_installed_packages(target_folder, tmp_path, monkeypatch):
+    import sysconfig
+    from pathlib import Path
+
+    from draftverify.train import draft_pipeline
+    from draftverify.train.teacher import prompt_root
+
+    assert prompt_root("stdlib") is None and prompt_root("packages") == Path(sysconfig.get_paths()["purelib"])
+    for bad in (lambda: prompt_root("site"), lambda: TeacherConfig(prompts="site")):
+        with pytest.raises(ValueError, match="prompts: one of stdlib, packages, got 'site'"):
+            bad()
+    asked = []
+    monkeypatch.setattr(draft_pipeline, "chat_prompts",
+                        lambda split, seed, root=None: asked.append((split, seed, root)) or ["def f(x):"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=3, top_k=4, prompts_per_shard=2, seed=5, prompts="packages")
+    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0, fusion=(1,))
+    record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
+                         teacher=teacher, draft=config, log=lambda _: None)
+    assert asked == [("train", 5, prompt_root("packages"))] and record["teacher"]["prompts"] == "packages"
+    assert (tmp_path / "work" / "teacher" / "fusion-00000.npy").exists()  # the labelling kept the fused streams
+
+
 def test_a_run_resumes_and_writes_a_loadable_draft(target_folder, tmp_path, monkeypatch):
     from draftverify.train import draft_pipeline
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 4)
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 4)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
     config = DraftConfig(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, batch_size=2, steps=3,
                          checkpoint_every=1)
@@ -96,7 +153,7 @@ def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, t
     from draftverify.models.pair import load_draft
     from draftverify.train import draft_pipeline
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
     config = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, unroll=2, calibration=2)
     record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
@@ -117,7 +174,7 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
     from draftverify.models.feature_draft import FeatureHead
     from draftverify.train import draft_pipeline
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
     config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
     train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
@@ -152,7 +209,7 @@ def test_a_fused_stage_grows_the_fusion_from_a_trained_draft_and_computes_the_st
     from draftverify.train import draft_pipeline
     from draftverify.train.feature_draft import extract_fusion, load_feature_rows, residual_streams, train_feature_head
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
     plain = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
     train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
@@ -192,7 +249,7 @@ def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_pat
     from draftverify.train import draft_pipeline
     from draftverify.train.ngram import NGramConfig
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
     train_draft(target_folder, tmp_path / "extra", tmp_path / "unused", label_minutes=1, train_minutes=0,
                 teacher=teacher, draft=NGramConfig(order=2), log=lambda _: None)  # a second folder of shards
@@ -307,7 +364,7 @@ def test_source_labels_are_the_targets_teacher_forced_law_and_features(target_fo
 def test_a_feature_draft_run_trains_on_its_source_windows_too(target_folder, tmp_path, monkeypatch):
     from draftverify.train import draft_pipeline
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed: ["def f(x):", "a = b"] * 2)
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     windows = [[i % 20 for i in range(40)]] * 6  # the context is 32 tokens
     monkeypatch.setattr(draft_pipeline, "source_windows", lambda tokenizer, seed: windows)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=2)

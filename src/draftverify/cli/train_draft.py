@@ -32,6 +32,9 @@ def train_draft(
                                                       "measured on (--kind ngram).", show_default="none")] = None,
     teacher_seed: Annotated[int, typer.Option(min=0, help="The labelling pass: its prompts' wordings and sampling "
                                                           "seed (chat_prompts('train', seed)).")] = 0,
+    prompts: Annotated[str, typer.Option(help="What the chat prompts are built from: 'stdlib' (the standard "
+                                              "library's documented functions) or 'packages' (the installed "
+                                              "packages').")] = "stdlib",
     start: Annotated[Path | None, typer.Option("--from", help="A further stage (--kind feature): continue from this "
                                                               "feature draft's weights.", show_default="none")] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate, > 0 (--kind feature).",
@@ -82,9 +85,10 @@ def train_draft(
                  + (["--source-minutes"] if source_minutes else []))
         raise ValueError(f"{', '.join(given)}: read by --kind feature only, not --kind {kind}")
     draft = configs[kind]()  # bad settings are refused before the target loads
+    teacher = TeacherConfig(seed=teacher_seed, prompts=prompts)
     folder = converted_folder(None if target == "smollm2" else target)
     record = run(folder, workdir, output, label_minutes=label_minutes, train_minutes=train_minutes,
-                 teacher=TeacherConfig(seed=teacher_seed), draft=draft, extra_shards=tuple(extra_shards),
+                 teacher=teacher, draft=draft, extra_shards=tuple(extra_shards),
                  heldout=heldout, start=start, source_minutes=source_minutes)
     done = f"{record['ngrams']} n-grams" if kind == "ngram" else f"step {record['last_step'].get('step')}"
     print(f"draft written to {output}: {record['answer_tokens']} answer tokens, {done}")

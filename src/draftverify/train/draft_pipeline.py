@@ -2,7 +2,7 @@
 
 Two long stages, each bounded in minutes and resumed from its own files in ``workdir``
 (``teacher/shard-*.npz``, ``draft/checkpoint.pt``), so a run cut short by a session's end goes on
-from where it stopped: (1) the target answers chat prompts from the standard library
+from where it stopped: (1) the target answers chat prompts from the standard library or the installed packages
 (:mod:`.teacher`); (2) the draft is trained on those answers: a feature draft
 (:mod:`.feature_draft`, the default pair's; the labelling keeps the target's features, computed
 once per shard for shards labelled without them; a further stage continues from a trained feature
@@ -27,7 +27,7 @@ from .draft import DraftConfig, distill_draft, draft_model, load_shards
 from .feature_draft import (FeatureDraftConfig, deepen, extract_features, extract_fusion, load_feature_rows, new_head,
                             train_feature_head, with_fusion)
 from .ngram import NGramConfig, answer_counts, exact_acceptance, topk_acceptance, train_ngram
-from .teacher import TeacherConfig, chat_prompts, label_shards, label_source_shards, source_windows
+from .teacher import TeacherConfig, chat_prompts, label_shards, label_source_shards, prompt_root, source_windows
 
 __all__ = ["train_draft"]
 
@@ -46,7 +46,8 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     ``start`` (its token subset kept; decoder layers added up to ``draft.layers``, each starting as
     the identity: :func:`.feature_draft.deepen`; with ``draft.fusion`` a head that fuses no streams
     grows the fusion, zero at first: :func:`.feature_draft.with_fusion`, the streams computed once per
-    shard by :func:`.feature_draft.extract_fusion`). The prompts are ``chat_prompts("train", seed=teacher.seed)``;
+    shard by :func:`.feature_draft.extract_fusion` where the labelling did not keep them). The prompts
+    are ``chat_prompts("train", seed=teacher.seed, root=prompt_root(teacher.prompts))``;
     a feature draft also trains on ``workdir/source``, plain source windows labelled teacher-forced
     for ``source_minutes`` after the answers (:func:`.teacher.label_source_shards` over
     ``source_windows(..., seed=teacher.seed)``). Returns what ``training.json`` records."""
@@ -66,13 +67,17 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                          f"{type(draft).__name__})")
     began = time.time()
     target = TransformersModel.from_pretrained(target_folder)
-    shards = label_shards(target, chat_prompts("train", seed=teacher.seed), workdir / "teacher", teacher, log=log,
-                          deadline=time.time() + label_minutes * 60, features=isinstance(draft, FeatureDraftConfig))
+    feature = isinstance(draft, FeatureDraftConfig)
+    streams = draft.fusion if feature else ()  # kept from the labelling's own forwards
+    prompts = chat_prompts("train", seed=teacher.seed, root=prompt_root(teacher.prompts)) if label_minutes else []
+    shards = label_shards(target, prompts, workdir / "teacher", teacher, log=log,
+                          deadline=time.time() + label_minutes * 60, features=feature, streams=streams)
     log(f"teacher: {shards} new shards in {time.time() - began:.0f} s")
     if source_minutes:
         began = time.time()
         shards = label_source_shards(target, source_windows(target.tokenizer, seed=teacher.seed), workdir / "source",
-                                     teacher, log=log, deadline=began + source_minutes * 60, features=True)
+                                     teacher, log=log, deadline=began + source_minutes * 60, features=True,
+                                     streams=streams)
         log(f"source: {shards} new shards in {time.time() - began:.0f} s")
     if isinstance(draft, NGramConfig):
         return _count_ngrams(target, (workdir / "teacher", *extra_shards), heldout, output, teacher, draft, log)

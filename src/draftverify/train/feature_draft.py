@@ -49,7 +49,7 @@ from .draft import bucket_losses, load_shards, resume, save_checkpoint, set_lear
 
 __all__ = ["CALIBRATION", "FeatureDraftConfig", "deepen", "draft_ahead_mask", "draft_passes", "extract_features",
            "extract_fusion", "frequent_tokens", "load_feature_rows", "residual_streams", "train_feature_head",
-           "with_fusion", "write_features"]
+           "with_fusion", "write_features", "write_streams_record"]
 
 
 CALIBRATION = slice(64, 96)  # the held-out chat prompts a draft is calibrated on; an evaluation reads at most the first 64
@@ -127,22 +127,31 @@ def extract_fusion(model, folder: Path, streams: tuple[int, ...], log: Callable[
     fused feature draft reads beside the final features. The folder's ``fusion.json`` records
     ``streams``; ``ValueError`` if it records others. Returns the shards done."""
     folder = Path(folder)
-    record = folder / "fusion.json"
-    if record.exists() and tuple(json.loads(record.read_text())["streams"]) != tuple(streams):
-        raise ValueError(f"streams: {folder} holds the streams after layers {json.loads(record.read_text())['streams']}, "
-                         f"not {list(streams)}")
+    write_streams_record(folder, streams)
     done = 0
     for path in sorted(folder.glob("shard-*.npz")):
         out = path.with_name(path.name.replace("shard-", "fusion-").replace(".npz", ".npy"))
         if out.exists():
             continue
-        record.write_text(json.dumps({"streams": list(streams)}) + "\n")
         start = time.time()
         tokens = np.load(path)["tokens"].astype(np.int64)  # [n, S], -1 = padding (right: causal attention keeps it out)
         write_features(out, residual_streams(model, torch.from_numpy(np.maximum(tokens, 0)), streams).half().numpy())
         done += 1
         log(f"{out.name}: {int((tokens >= 0).sum())} positions in {time.time() - start:.0f} s")
     return done
+
+
+def write_streams_record(folder: Path, streams: tuple[int, ...]) -> None:
+    """Record in ``folder``'s ``fusion.json`` that its ``fusion-NNNNN.npy`` files hold the residual
+    streams after the layers of ``streams``; ``ValueError`` if it records others (one folder, one
+    layout: :func:`load_feature_rows` reads them by that record)."""
+    record = Path(folder) / "fusion.json"
+    if record.exists():
+        held = json.loads(record.read_text())["streams"]
+        if tuple(held) != tuple(streams):
+            raise ValueError(f"streams: {folder} holds the streams after layers {held}, not {list(streams)}")
+        return
+    record.write_text(json.dumps({"streams": list(streams)}) + "\n")
 
 
 def write_features(path: Path, features: np.ndarray) -> None:

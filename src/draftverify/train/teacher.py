@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import random
+import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import torch
 from ..models.chat import encode_prompt
 from ..rng import sample
 from .corpus import split_corpus
-from .feature_draft import write_features
+from .feature_draft import write_features, write_streams_record
 
 __all__ = ["Answers", "TeacherConfig", "answer_batch", "chat_prompts", "label_shards", "label_source_shards",
            "source_windows"]
@@ -45,9 +46,13 @@ _TASKS = (
 )
 
 
+PROMPT_SOURCES = ("stdlib", "packages")
+
+
 @dataclass(frozen=True)
 class TeacherConfig:
-    """Sampling settings of the labelling run."""
+    """Sampling settings of the labelling run; ``prompts`` names the sources the chat prompts are
+    built from (:func:`prompt_root`)."""
 
     batch_size: int = 32
     max_new_tokens: int = 160
@@ -55,6 +60,21 @@ class TeacherConfig:
     prompts_per_shard: int = 32
     max_prompt_tokens: int = 192
     seed: int = 0
+    prompts: str = "stdlib"
+
+    def __post_init__(self) -> None:
+        if self.prompts not in PROMPT_SOURCES:
+            raise ValueError(f"prompts: one of {', '.join(PROMPT_SOURCES)}, got {self.prompts!r}")
+
+
+def prompt_root(prompts: str) -> Path | None:
+    """The sources chat prompts are built from: ``"stdlib"`` the standard library (None, the
+    corpus's default root), ``"packages"`` the running environment's installed packages (its purelib
+    folder: torch, transformers, numpy and the rest; 18,405 documented functions in this project's
+    environment on 2026-11-27, against about 5,000 in the standard library)."""
+    if prompts not in PROMPT_SOURCES:
+        raise ValueError(f"prompts: one of {', '.join(PROMPT_SOURCES)}, got {prompts!r}")
+    return None if prompts == "stdlib" else Path(sysconfig.get_paths()["purelib"])
 
 
 def chat_prompts(split: str = "train", seed: int = 0, root: Path | None = None) -> list[str]:
@@ -105,9 +125,9 @@ def _documented_functions(text: str) -> list[dict[str, str]]:
 class Answers:
     """What :func:`answer_batch` returns for B prompts: each row's answer (up to and including eos),
     the top-k ids and probabilities of the law every answer token was drawn from ``[B, A, k]``, and
-    (when asked for) each row's features ``[len(prompt) + len(answer), E]``: the target's final
-    hidden state after the final norm at every position of prompt and answer, what a feature draft
-    (:mod:`.feature_draft`) trains on."""
+    (when asked for) each row's features ``[len(prompt) + len(answer), (1 + n) E]``: the target's
+    final hidden state after the final norm at every position of prompt and answer, then the n
+    residual streams it was asked to keep, what a feature draft (:mod:`.feature_draft`) trains on."""
 
     tokens: list[list[int]]
     top_ids: torch.Tensor
@@ -117,16 +137,18 @@ class Answers:
 
 @torch.no_grad()
 def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int, top_k: int,
-                 generator: torch.Generator, features: bool = False) -> Answers:
+                 generator: torch.Generator, features: bool = False, streams: tuple[int, ...] = ()) -> Answers:
     """Sample answers to ``prompts`` (token lists) from ``model`` (a :class:`LanguageModel`) at
     temperature 1, all rows at once: left-padded prompts in one call, then one token per call.
 
-    With ``features`` the model's cache keeps its hidden states (``model.keep_features()``, a lean
-    Llama forward) and they are read back from the cache: the forwards that sampled the answers
-    computed them already, so labelling needs no second pass over the text (one more call feeds the
-    last tokens drawn)."""
+    With ``features`` the model's cache keeps its hidden states (``model.keep_features(streams)``, a
+    lean Llama forward; with ``streams`` the residual streams after those layers as well) and they are
+    read back from the cache: the forwards that sampled the answers computed them already, so
+    labelling needs no second pass over the text (one more call feeds the last tokens drawn)."""
+    if streams and not features:
+        raise ValueError("streams: kept with the features only (features=True)")
     if features:
-        model.keep_features()
+        model.keep_features(streams)
     rows, width = len(prompts), max(map(len, prompts))
     tokens = torch.zeros(rows, width, dtype=torch.int64)
     valid = torch.zeros(rows, width, dtype=torch.bool)
@@ -152,16 +174,22 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     kept = None
     if features:
         model.forward(cache, token[:, None])  # the last tokens drawn get their slots, hence their features
-        # [B, W, E] in slot order (the final states, without any streams the target keeps for a fused draft);
-        # with holes, a row's valid slots are its positions
-        slots = cache.backend.features[..., : model.config.hidden_size]
+        # [B, W, (1 + n) E] in slot order; with holes, a row's valid slots are its positions
+        slots = _kept(model, cache, streams)
         kept = [(slots[b][cache.valid[b]] if cache.holes else slots[b])[: len(prompts[b]) + len(answers[b])].clone()
                 for b in range(rows)]
     return Answers(answers, torch.stack(top_ids, 1), torch.stack(top_probs, 1), kept)
 
 
+def _kept(model, cache, streams: tuple[int, ...]) -> torch.Tensor:
+    """What ``cache`` kept at each slot [B, W, (1 + len(streams)) E] after ``model.keep_features(streams)``:
+    the final states, then those streams (with no streams asked for, a target that keeps streams for
+    a fused draft of its own gives its final states alone)."""
+    return cache.backend.features[..., : (1 + len(streams)) * model.config.hidden_size]
+
+
 def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, log=print,
-                 deadline: float | None = None, features: bool = False) -> int:
+                 deadline: float | None = None, features: bool = False, streams: tuple[int, ...] = ()) -> int:
     """Answer ``prompts`` with ``target`` (a ``TransformersModel`` with a chat tokenizer) and write
     shards to ``out``; returns the number of shards written in this call.
 
@@ -170,19 +198,22 @@ def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, l
     [n, A, k] float16 (A answer positions: the distribution each answer token was drawn from).
     With ``features`` (a lean Llama target) ``features-NNNNN.npy`` [n, S, E] float16 is written
     before its shard, the layout of :func:`.feature_draft.extract_features`, taken from the
-    labelling's own forwards (:func:`answer_batch`); padding positions hold zeros."""
+    labelling's own forwards (:func:`answer_batch`); padding positions hold zeros. With ``streams``
+    too, ``fusion-NNNNN.npy`` [n, S, len(streams) E], the residual streams after those layers from
+    the same forwards, the layout of :func:`.feature_draft.extract_fusion` (which would cost another
+    half forward a shard), and the folder's ``fusion.json``."""
     tokenizer = target.tokenizer
 
     def label(first: int, stop: int) -> list[tuple]:
         ids = [encode_prompt(tokenizer, p, chat=True)[-config.max_prompt_tokens:] for p in prompts[first:stop]]
         generator = torch.Generator().manual_seed(config.seed * 1_000_003 + first)
         answered = answer_batch(target, ids, config.max_new_tokens, target.eos_token_id, config.top_k, generator,
-                                features)
+                                features, streams)
         return [(np.array(ids[b] + answer, dtype=np.int32), len(ids[b]), answered.top_ids[b, : len(answer)].numpy(),
                  answered.top_probs[b, : len(answer)].numpy().astype(np.float16),
                  answered.features[b] if features else None) for b, answer in enumerate(answered.tokens)]
 
-    return _write_shards(out, len(prompts), config, label, features, deadline, log, "shard")
+    return _write_shards(out, len(prompts), config, label, features, streams, deadline, log, "shard")
 
 
 def source_windows(tokenizer: Any, split: str = "train", seed: int = 0, size: int = 256, per_file: int = 4) -> list[list[int]]:
@@ -209,44 +240,51 @@ def source_windows(tokenizer: Any, split: str = "train", seed: int = 0, size: in
 
 @torch.no_grad()
 def label_source_shards(target, windows: list[list[int]], out: Path, config: TeacherConfig, context: int = 32,
-                        log=print, deadline: float | None = None, features: bool = False) -> int:
+                        log=print, deadline: float | None = None, features: bool = False,
+                        streams: tuple[int, ...] = ()) -> int:
     """Teacher-forced shards of plain text: each of ``windows`` (token lists of one length, as
     :func:`source_windows` gives them) is a row whose first ``context`` tokens are its prompt and the
     rest its answer, labelled with the target's top-k (``config.top_k``) at every answer position:
     the target's law of that token given the text before it, at temperature 1. The layout of
     :func:`label_shards` (``prompts_per_shard`` rows a shard, ``batch_size`` a forward; with
-    ``features``, a lean Llama target's final hidden states at every position), so a draft trains on
-    both alike; here the text is the source's, not the target's. Resumes after the last complete
-    shard; returns the shards written in this call."""
+    ``features``, a lean Llama target's final hidden states at every position, and with ``streams``
+    its residual streams after those layers), so a draft trains on both alike; here the text is the
+    source's, not the target's. Resumes after the last complete shard; returns the shards written in
+    this call."""
     if not windows or any(len(w) != len(windows[0]) for w in windows):
         raise ValueError("windows: token lists of one length, at least one")
     if not 1 <= context < len(windows[0]):
         raise ValueError(f"context: 1 to {len(windows[0]) - 1} (the windows' length less one), got {context}")
+    if streams and not features:
+        raise ValueError("streams: kept with the features only (features=True)")
     size = len(windows[0])
 
     def label(first: int, stop: int) -> list[tuple]:
         batch = torch.tensor(windows[first:stop])  # [B, S]
         if features:
-            target.keep_features()
+            target.keep_features(streams)
         cache = target.new_cache(len(batch))
         logits = target.forward(cache, batch, None, size - context + 1)[:, :-1]  # [B, A, V]: the laws of tokens context..S-1
         tops = [torch.topk(torch.softmax(row.double(), -1), config.top_k, -1) for row in logits]  # a row at a time: [A, V] float64
         return [(batch[b].numpy().astype(np.int32), context, top.indices.to(torch.int32).numpy(),
-                 top.values.numpy().astype(np.float16), cache.backend.features[b, :size, : target.config.hidden_size].clone() if features else None)
+                 top.values.numpy().astype(np.float16), _kept(target, cache, streams)[b, :size].clone() if features else None)
                 for b, top in enumerate(tops)]
 
-    return _write_shards(out, len(windows), config, label, features, deadline, log, "source shard")
+    return _write_shards(out, len(windows), config, label, features, streams, deadline, log, "source shard")
 
 
-def _write_shards(out: Path, total: int, config: TeacherConfig, label, features: bool, deadline: float | None, log,
-                  name: str) -> int:
+def _write_shards(out: Path, total: int, config: TeacherConfig, label, features: bool, streams: tuple[int, ...],
+                  deadline: float | None, log, name: str) -> int:
     """The shards of rows 0..``total`` - 1 (whole shards of ``config.prompts_per_shard``) in ``out``,
     resumed after the last complete one, until ``deadline``: ``label(first, stop)``, called for
     ``config.batch_size`` rows at a time, gives rows first..stop - 1 as (tokens [S] int32, answer
-    start, top ids [A, k] int32, top probabilities [A, k] float16, features [S, E] or None); with
-    ``features`` they are written first (``features-NNNNN.npy``), then ``shard-NNNNN.npz``. Returns
+    start, top ids [A, k] int32, top probabilities [A, k] float16, features [S, (1 + len(streams)) E]
+    or None); with ``features`` they are written first (``features-NNNNN.npy`` the final states,
+    ``fusion-NNNNN.npy`` the streams, named in ``fusion.json``), then ``shard-NNNNN.npz``. Returns
     the shards written."""
     out.mkdir(parents=True, exist_ok=True)
+    if streams:
+        write_streams_record(out, streams)  # a folder holding other streams is refused before any labelling
     per_shard, written = config.prompts_per_shard, 0
     for shard in range(len(list(out.glob("shard-*.npz"))), total // per_shard):
         if deadline is not None and time.time() > deadline:
@@ -256,7 +294,10 @@ def _write_shards(out: Path, total: int, config: TeacherConfig, label, features:
         rows = [row for first in range(shard * per_shard, end, config.batch_size)
                 for row in label(first, min(first + config.batch_size, end))]
         if features:
-            _save_features(out / f"features-{shard:05d}.npy", [row[4] for row in rows])
+            size = rows[0][4].shape[1] // (1 + len(streams))  # E
+            _save_features(out / f"features-{shard:05d}.npy", [row[4][:, :size] for row in rows])
+            if streams:
+                _save_features(out / f"fusion-{shard:05d}.npy", [row[4][:, size:] for row in rows])
         _save(out / f"shard-{shard:05d}.npz", rows, config.top_k)
         written += 1
         tokens, seconds = sum(len(row[2]) for row in rows), time.time() - start
@@ -265,7 +306,7 @@ def _write_shards(out: Path, total: int, config: TeacherConfig, label, features:
 
 
 def _save_features(path: Path, rows: list[torch.Tensor]) -> None:
-    """``rows`` (each [S_i, E]) right-padded with zeros to [n, max S_i, E] float16, written by
+    """``rows`` (each [S_i, F]) right-padded with zeros to [n, max S_i, F] float16, written by
     :func:`.feature_draft.write_features`."""
     out = np.zeros((len(rows), max(len(r) for r in rows), rows[0].shape[1]), dtype=np.float16)
     for i, row in enumerate(rows):
