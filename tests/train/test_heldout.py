@@ -10,6 +10,7 @@ import torch
 
 from draftverify.formulas import overlap
 from draftverify.train import heldout
+from draftverify.train.feature_draft import residual_streams
 from draftverify.train.heldout import (HeldoutSettings, ahead_acceptance, engine_acceptance, engine_runs, fit_temperature,
                                       set_output_temperature, source_acceptance, step_start_acceptance, step_starts)
 from tests.factories import tiny_feature_pair
@@ -129,7 +130,11 @@ def test_one_target_pass_serves_heads_fusing_the_same_streams():
     target, plain = tiny_feature_pair(VOCAB, SUBSET)
     _, fused = tiny_feature_pair(VOCAB, SUBSET, fusion=(1,))
     scored = heldout.target_pass(target, TOKENS[:PROMPT], TOKENS[PROMPT:], (1,))
-    assert scored.features.shape[2] == 2 * target.config.hidden_size
+    with torch.no_grad():  # one lean forward kept what transformers computes: final states, then the stream
+        ids = torch.tensor([TOKENS])
+        expected = torch.cat([target.model.model(input_ids=ids).last_hidden_state,
+                              residual_streams(target.model, ids, (1,))], -1)
+    torch.testing.assert_close(scored.features, expected, atol=1e-5, rtol=1e-5)
     assert heldout._fusion({"a": plain.head_module, "b": fused.head_module}) == (1,)
     for head in (plain.head_module, fused.head_module):  # the plain head reads the final states of the same pass
         alone = heldout.target_pass(target, TOKENS[:PROMPT], TOKENS[PROMPT:], head.fusion)

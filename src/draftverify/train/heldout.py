@@ -45,7 +45,7 @@ from ..engine.generate import generate
 from ..formulas import overlap
 from ..models.chat import encode_prompt
 from ..models.feature_draft import FeatureDraft, FeatureHead
-from .feature_draft import CALIBRATION, draft_passes, residual_streams
+from .feature_draft import CALIBRATION, draft_passes
 from .measure import humaneval_prompts
 from .teacher import chat_prompts, source_windows
 
@@ -124,13 +124,16 @@ class TargetPass:
 @torch.no_grad()
 def target_pass(target: Any, prompt: Sequence[int], answer: Sequence[int], fusion: tuple[int, ...] = ()) -> TargetPass:
     """The target's pass over ``prompt`` + ``answer``, with its residual streams after the layers of
-    ``fusion`` (:func:`.feature_draft.residual_streams`) for heads that fuse them; ``target`` is a
-    lean Llama (:class:`~draftverify.models.hf.TransformersModel`)."""
+    ``fusion`` for heads that fuse them, all from one forward: ``target`` is a lean Llama
+    (:class:`~draftverify.models.hf.TransformersModel`) that keeps its hidden states from now on
+    (``keep_features(fusion)``, as a feature draft of it does; ``ValueError`` where it keeps other
+    streams)."""
     sequence = torch.tensor([list(prompt) + list(answer)])  # [1, S]
-    logits = target.forward(target.new_cache(1), sequence, None, sequence.shape[1])[0]
-    features = target.model.model(input_ids=sequence).last_hidden_state  # [1, S, E]
-    if fusion:
-        features = torch.cat([features, residual_streams(target.model, sequence, tuple(fusion))], -1)
+    target.keep_features(tuple(fusion))
+    cache = target.new_cache(1)
+    logits = target.forward(cache, sequence, None, sequence.shape[1])[0]
+    # [1, S, (1 + n) E]: the final states, then the streams (the first slots: a new cache has no holes)
+    features = cache.backend.features[:, : sequence.shape[1], : (1 + len(fusion)) * target.config.hidden_size].clone()
     return TargetPass(torch.softmax(logits.double(), -1), features, target.model.get_input_embeddings()(sequence),
                       len(prompt) - 1, tuple(fusion))
 
