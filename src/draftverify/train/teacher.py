@@ -2,9 +2,9 @@
 
 A draft is accepted where it agrees with the target on the target's own text, so the training data
 is what the target says (DistillSpec, Zhou et al. 2024, section 3: on-policy data for the teacher;
-here the teacher's samples): chat prompts built from the Python standard library (functions with
-their docstrings; files hashed into the held-out split are never used, see
-:func:`~draftverify.train.corpus.is_heldout`), answered by the target at temperature 1, and at
+here the teacher's samples): chat prompts built from the Python standard library or the installed
+packages (:func:`prompt_root`; functions with their docstrings; files hashed into the held-out
+split are never used, see :func:`~draftverify.train.corpus.is_heldout`), answered by the target at temperature 1, and at
 every answered position the target's ``top_k`` most likely tokens with their probabilities (the
 rest of the mass is kept as one number). Shards are written as ``shard-NNNNN.npz`` and a resumed
 run starts after the last complete shard.
@@ -35,8 +35,8 @@ from ..rng import sample
 from .corpus import split_corpus
 from .feature_draft import write_features, write_streams_record
 
-__all__ = ["Answers", "TeacherConfig", "answer_batch", "chat_prompts", "label_shards", "label_source_shards",
-           "source_windows"]
+__all__ = ["PROMPT_SOURCES", "Answers", "TeacherConfig", "answer_batch", "chat_prompts", "label_shards",
+           "label_source_shards", "prompt_root", "source_windows"]
 
 _TASKS = (
     "Write a Python function `{name}({args})`: {doc}",
@@ -63,8 +63,7 @@ class TeacherConfig:
     prompts: str = "stdlib"
 
     def __post_init__(self) -> None:
-        if self.prompts not in PROMPT_SOURCES:
-            raise ValueError(f"prompts: one of {', '.join(PROMPT_SOURCES)}, got {self.prompts!r}")
+        prompt_root(self.prompts)  # an unknown source is refused here
 
 
 def prompt_root(prompts: str) -> Path | None:
