@@ -60,3 +60,25 @@ def test_fma_peak_measures_each_instruction_set_the_cpu_runs_and_refuses_others(
         fma_peak("sse2")
     with pytest.raises(ValueError, match="rounds"):
         fma_peak(rounds=0)
+
+
+def test_every_target_variant_keeps_the_streams_a_fused_draft_reads():
+    """bench model-cost wraps the target once per kernel; each wrapper must keep what the draft
+    reads (a fused draft: the streams too; before 2026-11-27 it kept the final states alone and the
+    fused draft's product failed on a wrongly shaped input)."""
+    from draftverify.bench.model_cost import _variants, call_costs
+    from tests.factories import tiny_feature_pair
+
+    target, draft = tiny_feature_pair(11, torch.tensor([0, 2, 3, 5, 7]), fusion=(1,))
+    variants, _ = _variants(target.model, None, draft, "static")
+    assert all(variant.feature_streams == (1,) for variant, _ in variants.values())
+    costs = call_costs({name: variants[name] for name in list(variants)[:2]}, list(range(6)), repeats=1,
+                       draft_lengths=[2], accepted=1)
+    assert all("draft_phase_2" in cost for cost in costs.values())
+    plain = TransformersModel(target.model)
+    plain.keep_features()  # the final states alone
+    scored = plain.new_cache(1)
+    plain.forward(scored, torch.tensor([[1, 2, 3]]))
+    cache = draft.new_cache(1, scored)
+    with pytest.raises(ValueError, match="target: it keeps 32 features a position; this draft fuses the streams"):
+        draft.forward(cache, torch.tensor([[1, 2, 3]]))

@@ -194,9 +194,9 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
             left_out["panel_avx512_gguf"] = left_out["panel_avx512_gguf_q8"] = str(error)
     else:
         left_out["panel_avx512_gguf"] = "the GGUF block product runs on AVX-512 CPUs only"
-    if isinstance(draft, FeatureDraft):  # every target variant keeps the hidden states the draft reads
+    if isinstance(draft, FeatureDraft):  # every target variant keeps the hidden states (and streams) the draft reads
         for target, _ in variants.values():
-            target.keep_features()
+            target.keep_features(draft.head_module.fusion)
     return variants, left_out
 
 
