@@ -19,7 +19,7 @@
 //   pass, each weight converted once per k): over 32 columns they ran 2-12 rows 10-20% slower. The
 //   AVX2 path keeps 16 columns: a 32-column block of four rows would need all 16 of its registers.
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
-// weights ahead are prefetched while these are consumed. Panels are shared among threads by
+// weights ahead are prefetched while these are consumed (not by the AVX-512 float32 blocks of one or two rows). Panels are shared among threads by
 // at::parallel_for.
 //
 // Built with -mavx2 -mfma -fopenmp by draftverify.models.panel_mm at first use.
@@ -230,6 +230,13 @@ constexpr int kRows512 = std::is_same_v<W, float> ? kMaxRows512 : 24;
 // in a standalone probe); fewer rows ran 10-20% slower with it (more memory operations a k-step).
 template <typename W, int R>
 constexpr bool kFar512 = std::is_same_v<W, float> && R >= 8;
+// Whether a block prefetches at all: not float32 blocks of one or two rows, whose stream the hardware
+// prefetcher keeps up with alone (2026-11-27, a machine at 40 GB/s copy bandwidth, one row, three
+// alternating rounds: 576x49152 2.72-2.81 ms without against 2.96-3.03 with, 1536x576 88-101 us
+// against 96-100, 576x1536 89-96 against 94-99; two prefetches a 128-byte k-step are memory
+// operations the one-row pass does not need).
+template <typename W, int R>
+constexpr bool kPrefetches512 = !(std::is_same_v<W, float> && R <= 2);
 
 // accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per cycle)
 // (a power of two, so the sets divide a 32-step block of the block formats below and every k has the
@@ -274,7 +281,7 @@ void panel_block512(const float* x, int64_t ldx, const W* w, int64_t K, float* o
       UNROLL for (int h = 0; h < H; ++h) acc[u][r][h] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + U <= K; k += U) {
-    prefetch_panel512<kPrefetch512, U, kFar512<W, R>>(w, k);
+    if constexpr (kPrefetches512<W, R>) prefetch_panel512<kPrefetch512, U, kFar512<W, R>>(w, k);
     UNROLL for (int u = 0; u < U; ++u) {
       __m512 weights[H];
       UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + (k + u) * width + h * kPanel);
