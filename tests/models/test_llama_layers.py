@@ -184,3 +184,10 @@ def test_a_target_keeps_one_set_of_streams():
     big.keep_features((1,))
     with pytest.raises(ValueError, match="keeps the streams after layers \\(1,\\)"):
         big.keep_features((2,))
+    cache = big.new_cache(1)
+    big.forward(cache, torch.tensor([[1, 2, 3]]))
+    width = big.config.hidden_size
+    assert torch.equal(big.kept_features(cache, (1,)), cache.backend.features)  # final states, then the stream
+    assert torch.equal(big.kept_features(cache), cache.backend.features[..., :width])  # the final states alone
+    with pytest.raises(ValueError, match="keeps the streams after layers \\(1,\\), not \\(2,\\)"):
+        big.kept_features(cache, (2,))

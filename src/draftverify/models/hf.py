@@ -158,6 +158,16 @@ class TransformersModel(LanguageModel):
         self.feature_streams = streams or self.feature_streams
         self.feature_size = int(self.config.hidden_size) * (1 + len(self.feature_streams))
 
+    def kept_features(self, cache: Cache, streams: tuple[int, ...] = ()) -> torch.Tensor:
+        """What ``cache`` kept at each slot (:meth:`keep_features`), [B, W, (1 + len(streams)) E] in
+        slot order: the final states, then the streams after the layers of ``streams`` (none: the final
+        states alone, whatever streams the target keeps for a fused draft); ``ValueError`` for streams
+        it does not keep."""
+        if tuple(streams) not in ((), self.feature_streams):
+            raise ValueError(f"streams: this target keeps the streams after layers {self.feature_streams}, "
+                             f"not {tuple(streams)}")
+        return cache.backend.features[..., : (1 + len(streams)) * int(self.config.hidden_size)]
+
     @property
     def product_bytes(self) -> int | None:
         """Bytes of weights one call streams through its linear and output layers (lean forwards;

@@ -2,8 +2,8 @@
 
 Two long stages, each bounded in minutes and resumed from its own files in ``workdir``
 (``teacher/shard-*.npz``, ``draft/checkpoint.pt``), so a run cut short by a session's end goes on
-from where it stopped: (1) the target answers chat prompts from the standard library or the installed packages
-(:mod:`.teacher`); (2) the draft is trained on those answers: a feature draft
+from where it stopped: (1) the target answers chat prompts from the standard library or the
+installed packages (:mod:`.teacher`); (2) the draft is trained on those answers: a feature draft
 (:mod:`.feature_draft`, the default pair's; the labelling keeps the target's features, computed
 once per shard for shards labelled without them; a further stage continues from a trained feature
 draft on more shard folders; after training its output temperature is fitted on held-out prompts,

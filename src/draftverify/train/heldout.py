@@ -133,7 +133,7 @@ def target_pass(target: Any, prompt: Sequence[int], answer: Sequence[int], fusio
     cache = target.new_cache(1)
     logits = target.forward(cache, sequence, None, sequence.shape[1])[0]
     # [1, S, (1 + n) E]: the final states, then the streams (the first slots: a new cache has no holes)
-    features = cache.backend.features[:, : sequence.shape[1], : (1 + len(fusion)) * target.config.hidden_size].clone()
+    features = target.kept_features(cache, tuple(fusion))[:, : sequence.shape[1]].clone()
     return TargetPass(torch.softmax(logits.double(), -1), features, target.model.get_input_embeddings()(sequence),
                       len(prompt) - 1, tuple(fusion))
 

@@ -174,17 +174,10 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     if features:
         model.forward(cache, token[:, None])  # the last tokens drawn get their slots, hence their features
         # [B, W, (1 + n) E] in slot order; with holes, a row's valid slots are its positions
-        slots = _kept(model, cache, streams)
+        slots = model.kept_features(cache, streams)
         kept = [(slots[b][cache.valid[b]] if cache.holes else slots[b])[: len(prompts[b]) + len(answers[b])].clone()
                 for b in range(rows)]
     return Answers(answers, torch.stack(top_ids, 1), torch.stack(top_probs, 1), kept)
-
-
-def _kept(model, cache, streams: tuple[int, ...]) -> torch.Tensor:
-    """What ``cache`` kept at each slot [B, W, (1 + len(streams)) E] after ``model.keep_features(streams)``:
-    the final states, then those streams (with no streams asked for, a target that keeps streams for
-    a fused draft of its own gives its final states alone)."""
-    return cache.backend.features[..., : (1 + len(streams)) * model.config.hidden_size]
 
 
 def label_shards(target, prompts: list[str], out: Path, config: TeacherConfig, log=print,
@@ -266,7 +259,7 @@ def label_source_shards(target, windows: list[list[int]], out: Path, config: Tea
         logits = target.forward(cache, batch, None, size - context + 1)[:, :-1]  # [B, A, V]: the laws of tokens context..S-1
         tops = [torch.topk(torch.softmax(row.double(), -1), config.top_k, -1) for row in logits]  # a row at a time: [A, V] float64
         return [(batch[b].numpy().astype(np.int32), context, top.indices.to(torch.int32).numpy(),
-                 top.values.numpy().astype(np.float16), _kept(target, cache, streams)[b, :size].clone() if features else None)
+                 top.values.numpy().astype(np.float16), target.kept_features(cache, streams)[b, :size].clone() if features else None)
                 for b, top in enumerate(tops)]
 
     return _write_shards(out, len(windows), config, label, features, streams, deadline, log, "source shard")

@@ -19,8 +19,8 @@
 //   pass, each weight converted once per k): over 32 columns they ran 2-12 rows 10-20% slower. The
 //   AVX2 path keeps 16 columns: a 32-column block of four rows would need all 16 of its registers.
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
-// weights ahead are prefetched while these are consumed (not by the AVX-512 float32 blocks of one or two rows). Panels are shared among threads by
-// at::parallel_for.
+// weights ahead are prefetched while these are consumed (not by the AVX-512 float32 blocks of one or
+// two rows: kPrefetches512). Panels are shared among threads by at::parallel_for.
 //
 // Built with -mavx2 -mfma -fopenmp by draftverify.models.panel_mm at first use.
 
