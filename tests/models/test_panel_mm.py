@@ -170,6 +170,21 @@ def test_more_than_14_rows_run_as_blocks_of_at_most_14_each_as_if_alone(shape):
         assert not torch.equal(linear(x[:7]), both[:7])
 
 
+@needs_panel
+@pytest.mark.skipif("avx512" not in kernel().isas, reason="the AVX-512 path needs a CPU with AVX-512F")
+def test_17_rows_run_as_a_full_block_of_14_then_the_3_left():
+    """The first pass over a panel takes as many rows as a pass holds (it streams the panel from
+    memory; the rest reads it from L2): 17 rows are 14 + 3, each block's bits those of its rows run
+    alone. The twin that tells: near-equal blocks (9 + 8) would put rows 14-16 in a block of 8, one
+    accumulator set, where a block of 3 sums in four sets: other bits (the last assertion)."""
+    weight, bias = weights((576, 1536), 8)
+    linear = PanelLinear(weight, bias, isa="avx512")
+    x = torch.randn(17, 576, generator=torch.Generator().manual_seed(9))
+    rows = linear(x)
+    assert torch.equal(rows[:14], linear(x[:14])) and torch.equal(rows[14:], linear(x[14:]))
+    assert not torch.equal(linear(x[9:])[5:], rows[14:])
+
+
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     with pytest.warns(UserWarning, match=r"^panel matrix kernel unavailable \(this CPU has no AVX2/FMA") as record:
