@@ -7,6 +7,7 @@ writes the static cache as the Python loop does, and decodes the same tokens for
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -114,7 +115,13 @@ def test_padding_takes_no_part_in_the_products(quantize):
     """Positions marked not valid (a batch's left padding) leave the compiled loop as they came in
     (their products and attention skipped: nothing is added to their states) and their cache slots
     hold zeros (whatever the buffer held: the next call weighs their values by 0); every other
-    position gets what the Python loop, which computes all of them, gives it, in that call and the next."""
+    position gets what the Python loop, which computes all of them, gives it, in that call and the next.
+    The states of this call reach |38|, where the two loops' float32 sums (the compiled one over the 20
+    live rows, the Python one over all 36, so the products' row blocks differ) each sit up to ~7e-5
+    from the exact result: for the float32 weights (whose float64 model is the same model) the first
+    call is judged against that float64 model, the compiled loop no further from it than twice the
+    Python loop (measured 2026-11-28: 3.4e-5 against 3.9e-5; 6.7e-5 with the earlier row blocks);
+    a padding that leaked into a live position moves it by the order of the states."""
     from draftverify.models.llama import llama_layers
     from draftverify.models.masks import slot_mask
     from draftverify.models.static_cache import StaticKV
@@ -139,7 +146,16 @@ def test_padding_takes_no_part_in_the_products(quantize):
             second = llama_layers(lean, kv, x[:, -1:], positions[:, -1:] + 1, slot_mask(then, 1))
         outs.append((first, second))
     assert torch.equal(outs[0][0][~valid], x[~valid])  # padding: nothing added
-    close(outs[0][0][valid], outs[1][0][valid])
+    if quantize in ("float32", "gguf"):  # the model's own weights (block_llama's are GGUF blocks)
+        exact = TransformersModel(copy.deepcopy(python.model).double(), kernel="eager")._lean
+        kv = StaticKV(len(exact.layers), 3, exact.kv_heads, exact.head_dim, 16, torch.float64)
+        with torch.inference_mode():
+            kv.reserve(12)
+            reference = llama_layers(exact, kv, x.double(), positions, slot_mask(valid, 12))[valid]
+        errors = [(out[0][valid].double() - reference).abs().max().item() for out in outs]
+        assert errors[0] <= 2 * errors[1], errors
+    else:  # int8 weights: the float64 model is another model
+        close(outs[0][0][valid], outs[1][0][valid])
     close(outs[0][1], outs[1][1])  # finite: the padding's slots were zeroed
 
 
