@@ -306,11 +306,11 @@ class FeatureDraft(LanguageModel):
         """The input features [..., E] from what the target keeps at positions [..., K]: its final
         hidden state, fused with the streams of the head's ``fusion`` (:func:`fused_features`)."""
         streams = len(self.head_module.fusion)
-        if kept.shape[-1] < (1 + streams) * self.norm_shape[0]:
+        width = (1 + streams) * self.norm_shape[0]  # the final state, then each stream
+        if kept.shape[-1] < width:
             raise ValueError(f"target: it keeps {kept.shape[-1]} features a position; this draft fuses the streams after "
                              f"layers {self.head_module.fusion} (target.keep_features({self.head_module.fusion}))")
-        return fused_features(kept[..., : (1 + streams) * self.norm_shape[0]], streams, self.fuse,
-                              self.head_module.config.rms_norm_eps)
+        return fused_features(kept[..., :width], streams, self.fuse, self.head_module.config.rms_norm_eps)
 
     @staticmethod
     def _block_features(backend: _Backend, slots: _Slots, held: list[int], target_rows: list[int],
