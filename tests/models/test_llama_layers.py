@@ -35,6 +35,16 @@ def twins(quantize: str, width: int = 128) -> tuple[TransformersModel, Transform
     return compiled, python
 
 
+def grouped_llama() -> torch.nn.Module:
+    """Six query heads over two key heads of 64 (SmolLM2: nine over three), two layers."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=50, hidden_size=384, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(3)
+    return LlamaForCausalLM(config).eval()
+
+
 def close(a: torch.Tensor, b: torch.Tensor) -> None:
     torch.testing.assert_close(a, b, rtol=1e-5, atol=2e-5)  # float32 rounding of sums of a few hundred terms
 
@@ -57,9 +67,9 @@ def test_the_compiled_loop_computes_what_the_python_loop_computes(quantize, widt
         close(kv[0].values[layer][:, :, :24], kv[1].values[layer][:, :, :24])
 
 
-def test_a_long_prompt_attends_in_chunks_as_the_python_loop_does():
+def test_a_long_prompt_attends_as_the_python_loop_does():
     compiled, python = twins("float32")
-    tokens = torch.randint(0, 50, (4, 500), generator=torch.Generator().manual_seed(2))  # 4 x 500 queries x 2 heads x 500 keys: 2M scores, two chunks
+    tokens = torch.randint(0, 50, (4, 500), generator=torch.Generator().manual_seed(2))  # 4 x 500 queries x 2 heads over up to 500 keys each
     close(*[model.forward(model.new_cache(4), tokens, num_logits=500) for model in (compiled, python)])
     valid = torch.ones(4, 500, dtype=torch.bool)
     valid[1, :130], valid[3, :377] = False, False  # left padding: the live queries' chunks cross rows elsewhere
@@ -88,12 +98,7 @@ def test_grouped_heads_read_their_key_head_in_every_call_shape():
     key head, over lengths that leave partial blocks of eight keys, in one-token, five-token and
     masked (holes) calls; the compiled loop skips the padding's products and attention, so only
     the other positions' logits are compared there."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=50, hidden_size=384, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
-    torch.manual_seed(3)
-    model = LlamaForCausalLM(config).eval()
+    model = grouped_llama()
     compiled, python = TransformersModel(model), TransformersModel(model)
     assert compiled._lean.compiled is not None
     python._lean = dataclasses.replace(python._lean, compiled=None)
@@ -108,6 +113,28 @@ def test_grouped_heads_read_their_key_head_in_every_call_shape():
             nxt = torch.randint(0, 50, (2, size), generator=torch.Generator().manual_seed(size))
             close(*[m.forward(c, nxt, None if holes is None else torch.ones(2, size, dtype=torch.bool), num_logits=size)
                     for m, c in zip((compiled, python), caches)])
+
+
+@pytest.mark.parametrize("heads", ["grouped", "one per key head"])
+def test_a_position_has_the_same_bits_however_its_call_is_cut(heads):
+    """The compiled attention sums each query's scores, softmax and weighted values over the keys it
+    sees and no others, whatever else the call holds (``attend_tiled`` in llama_layers.cpp), and the
+    rest of a layer is row by row: a prompt of 28 tokens on 2 rows scored in one call or in calls of
+    4 to 14 tokens gives every position the same logits to the bit, in tiles of three query heads
+    (grouped) and of one (a key head each). A query that scored or weighed a key past its last
+    visible one, or missed one, would differ from the call that ends at its position. (Every call
+    here puts 8 to 14 rows in each block of the panel product, which then sums a row's k in one
+    accumulator set, the same order whatever the block: panel_mm.cpp's ``sets512``; blocks of fewer
+    rows split k into several sets, so calls of 1 to 3 tokens on 2 rows round their products otherwise.)"""
+    model = TransformersModel(grouped_llama()) if heads == "grouped" else twins("float32")[0]
+    tokens = torch.randint(0, 50, (2, 28), generator=torch.Generator().manual_seed(6))
+    whole = model.forward(model.new_cache(2), tokens, num_logits=28)
+    for sizes in ([4, 5, 6, 7, 6], [7] * 4, [14, 4, 5, 5]):
+        cache, parts, start = model.new_cache(2), [], 0
+        for size in sizes:
+            parts.append(model.forward(cache, tokens[:, start: start + size], num_logits=size))
+            start += size
+        assert torch.equal(torch.cat(parts, 1), whole)
 
 
 @pytest.mark.parametrize("quantize", FORMATS)

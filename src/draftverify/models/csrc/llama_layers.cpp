@@ -1,8 +1,9 @@
 // The decoder layers of draftverify.models.llama.llama_layers in one call, everything but the matrix
 // products in plain loops over the float32 states: RMS norm, rotary angles, the cache write, attention
 // (softmax over the keys the mask lets each query see, grouped heads), SiLU gate, residual adds. The
-// same arithmetic as the Python loop's ATen operations, summed in another order (float32 rounding:
-// tests/models/test_llama_layers.py). A one-token call of SmolLM2-135M runs some 30 ATen operations a
+// same arithmetic as the Python loop's ATen operations, summed in another order and with another
+// e^x (float32 rounding: tests/models/test_llama_layers.py). A query's attention reads the keys up to
+// its last visible one and no further, and its bits do not depend on the rest of the call. A one-token call of SmolLM2-135M runs some 30 ATen operations a
 // layer, each a few microseconds of dispatch and allocation, together as much as the call's matrix
 // products once these stream GGUF blocks; here a layer's work outside its four products is a few
 // microseconds. The products are the panel kernel's (panel_mm.cpp); the keys and values go straight
@@ -11,7 +12,6 @@
 // lengths pays for its tokens, not for its rectangle.
 
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/_softmax.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/index_copy.h>
@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "llama_layers.h"
@@ -43,6 +44,8 @@ at::Tensor product(int64_t kind, const at::Tensor& x, const at::Tensor& weights,
 }  // namespace draftverify
 
 namespace {
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 // Product i of the flat lists (four a layer: qkv, o, gate_up, down), as its Python object runs it.
 struct Products {
@@ -100,24 +103,17 @@ struct Mask {
   bool sees(int64_t b, int64_t s, int64_t t) const { return data == nullptr || data[b * row + s * query + t * key]; }
 };
 
-// Scores q k_t / sqrt(D) of one query [D] against the eight keys from `key` (row stride kt): eight
-// accumulators over the head's 8-float chunks, then one 8 x 8 transposing sum.
-inline void scores8(const float* query, const float* key, int64_t kt, int64_t D, float scale, float* out) {
-  __m256 acc[8];
-  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t d = 0; d < D; d += 8) {
-    const __m256 q = _mm256_loadu_ps(query + d);
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(q, _mm256_loadu_ps(key + j * kt + d), acc[j]);
-  }
-  // lane j of the result: the sum of acc[j]'s eight lanes
+// The sum of each of eight accumulators' eight lanes, lane j of the result from acc[j]: the pairwise
+// tree ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) of score1, as one 8 x 8 transposing sum.
+ALWAYS_INLINE __m256 lane_sums(const __m256* acc) {
   const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
   const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
-  const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-  _mm256_storeu_ps(out, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
 
-// The score of one query [D] against one key [D].
-inline float score1(const float* query, const float* key, int64_t D, float scale) {
+// The score of one query [D] against one key [D]: lane l sums the head's floats d = l mod 8 in order
+// of d, then lane_sums' tree; times scale.
+ALWAYS_INLINE float score1(const float* query, const float* key, int64_t D, float scale) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(query + d), _mm256_loadu_ps(key + d), acc);
   alignas(32) float lanes[8];
@@ -125,33 +121,11 @@ inline float score1(const float* query, const float* key, int64_t D, float scale
   return (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))) * scale;
 }
 
-// out [D] += sum_t probs[t] value_t over the n <= 8 rows from `value` (row stride vt), t in order: 64
-// floats of the head at a time in eight accumulators (one broadcast of probs[t] for all of them), the
-// rest 8 floats at a time. Each output float adds its terms in the order of t, whatever the blocks.
-inline void accumulate8(const float* probs, const float* value, int64_t vt, int64_t n, int64_t D, float* out) {
-  int64_t d = 0;
-  for (; d + 64 <= D; d += 64) {
-    __m256 acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_loadu_ps(out + d + 8 * j);
-    for (int64_t t = 0; t < n; ++t) {
-      const __m256 p = _mm256_set1_ps(probs[t]);
-      const float* row = value + t * vt + d;
-      for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(row + 8 * j), acc[j]);
-    }
-    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + d + 8 * j, acc[j]);
-  }
-  for (; d < D; d += 8) {
-    __m256 acc = _mm256_loadu_ps(out + d);
-    for (int64_t t = 0; t < n; ++t) acc = _mm256_fmadd_ps(_mm256_set1_ps(probs[t]), _mm256_loadu_ps(value + t * vt + d), acc);
-    _mm256_storeu_ps(out + d, acc);
-  }
-}
-
 constexpr int64_t kNearKeys = 16, kFarKeys = 64;  // rows ahead of the block read prefetched into L1, into L2
 
 // Prefetch the D floats of rows t + kNearKeys .. + 7 into L1 and t + kFarKeys .. + 7 into L2, those
 // below T, of the rows [T, D] from `rows` (row stride stride).
-inline void prefetch_ahead(const float* rows, int64_t t, int64_t T, int64_t stride, int64_t D) {
+ALWAYS_INLINE void prefetch_ahead(const float* rows, int64_t t, int64_t T, int64_t stride, int64_t D) {
   for (int64_t r = t; r < t + 8; ++r)
     for (int64_t d = 0; d < D; d += 16) {
       if (r + kNearKeys < T) _mm_prefetch(reinterpret_cast<const char*>(rows + (r + kNearKeys) * stride + d), _MM_HINT_T0);
@@ -159,90 +133,215 @@ inline void prefetch_ahead(const float* rows, int64_t t, int64_t T, int64_t stri
     }
 }
 
-// The queries of one key/value head (grouped-query attention: every query head h with h / (H / H_kv)
-// equal to it, at every query position of one row): each query [D], its row of scores or
-// probabilities [T], its output [D]. Their keys and values are read in blocks of eight for all of
-// them at once, so each streams from memory once per layer, not once per query head and position.
-struct Group {
-  std::vector<const float*> queries;
-  std::vector<float*> scores;
-  std::vector<float*> outputs;
-
-  // scores[j][t] = q_j k_t / sqrt(D) for keys t in [0, T) (row stride kt)
-  void score(const float* key, int64_t kt, int64_t T, int64_t D, float scale) const {
-    int64_t t = 0;
-    for (; t + 8 <= T; t += 8) {
-      prefetch_ahead(key, t, T, kt, D);
-      for (std::size_t j = 0; j < queries.size(); ++j) scores8(queries[j], key + t * kt, kt, D, scale, scores[j] + t);
+// scores[i][t] = q_i k_t / sqrt(D) for the N queries q_i [D] and the keys t in [0, T) (row stride kt):
+// per block of eight keys, N x 8 accumulators, each key chunk loaded once for the N queries; each
+// score summed as score1 sums it, whatever N and wherever its block starts.
+template <int N>
+ALWAYS_INLINE void score_tile(const float* const* queries, const float* key, int64_t kt, int64_t T, int64_t D, float scale,
+                              float* const* scores) {
+  int64_t t = 0;
+  for (; t + 8 <= T; t += 8) {
+    prefetch_ahead(key, t, T, kt, D);
+    __m256 acc[N][8];
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < 8; ++j) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 8) {
+      __m256 q[N];
+      for (int i = 0; i < N; ++i) q[i] = _mm256_loadu_ps(queries[i] + d);
+      for (int j = 0; j < 8; ++j) {
+        const __m256 k = _mm256_loadu_ps(key + (t + j) * kt + d);
+        for (int i = 0; i < N; ++i) acc[i][j] = _mm256_fmadd_ps(q[i], k, acc[i][j]);
+      }
     }
-    for (; t < T; ++t)
-      for (std::size_t j = 0; j < queries.size(); ++j) scores[j][t] = score1(queries[j], key + t * kt, D, scale);
+    for (int i = 0; i < N; ++i) _mm256_storeu_ps(scores[i] + t, _mm256_mul_ps(lane_sums(acc[i]), _mm256_set1_ps(scale)));
   }
+  for (; t < T; ++t)
+    for (int i = 0; i < N; ++i) scores[i][t] = score1(queries[i], key + t * kt, D, scale);
+}
 
-  // outputs[j] = sum_t probs[j][t] v_t over t in [0, T) (row stride vt), probs in the rows `scores`
-  void weigh(const float* value, int64_t vt, int64_t T, int64_t D) const {
-    for (float* out : outputs) std::fill_n(out, D, 0.0f);
-    for (int64_t t = 0; t < T; t += 8) {
-      prefetch_ahead(value, t, T, vt, D);
-      for (std::size_t j = 0; j < outputs.size(); ++j)
-        accumulate8(scores[j] + t, value + t * vt, vt, std::min<int64_t>(8, T - t), D, outputs[j]);
+// out_i [W 8 floats from d] = sum_{t < T} probs_i[t] v_t[d ...], t in order from zero, for the N queries
+// (one broadcast of probs_i[t] for its W registers, each value chunk loaded once for the N queries).
+template <int N, int W>
+ALWAYS_INLINE void weigh_chunk(const float* const* probs, const float* value, int64_t vt, int64_t T, int64_t D, int64_t d,
+                               float* const* out) {
+  __m256 acc[N][W];
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < W; ++c) acc[i][c] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < T; ++t) {
+    if (t % 8 == 0) prefetch_ahead(value, t, T, vt, D);
+    __m256 p[N];
+    for (int i = 0; i < N; ++i) p[i] = _mm256_set1_ps(probs[i][t]);
+    for (int c = 0; c < W; ++c) {
+      const __m256 v = _mm256_loadu_ps(value + t * vt + d + 8 * c);
+      for (int i = 0; i < N; ++i) acc[i][c] = _mm256_fmadd_ps(p[i], v, acc[i][c]);
+    }
+  }
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < W; ++c) _mm256_storeu_ps(out[i] + d + 8 * c, acc[i][c]);
+}
+
+// out_i [D] = sum_{t < T} probs_i[t] v_t over the values [T, D] (row stride vt): 64 floats of the head
+// at a time, the rest 8 at a time; each output float adds its terms in order of t.
+template <int N>
+ALWAYS_INLINE void weigh_tile(const float* const* probs, const float* value, int64_t vt, int64_t T, int64_t D,
+                              float* const* out) {
+  int64_t d = 0;
+  for (; d + 64 <= D; d += 64) weigh_chunk<N, 8>(probs, value, vt, T, D, d, out);
+  for (; d < D; d += 8) weigh_chunk<N, 1>(probs, value, vt, T, D, d, out);
+}
+
+// e^x for x <= 0 (softmax's x - max), 8 lanes: 2^n e^r with n = round(x / ln 2) and r = x - n ln 2
+// (ln 2 in two parts), e^r by Cephes' expf polynomial (S. Moshier, Cephes Math Library: relative
+// error about 1e-7); below -87.3 (under the smallest normal float) the result is 0, so e^-inf = 0.
+ALWAYS_INLINE __m256 exp8(__m256 x) {
+  const __m256 gone = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(gone, _mm256_mul_ps(y, _mm256_castsi256_ps(two_n)));
+}
+
+// row[t] = e^{row[t] - max} / sum_u e^{row[u] - max} over t in [0, T), T >= 1, in place; 8 lanes at a
+// time, the last partial chunk padded with -inf, sums in 8 lanes then lane_sums' tree: the same
+// bits for the same row, whichever call computes it.
+ALWAYS_INLINE void softmax(float* row, int64_t T) {
+  alignas(32) float tail[8];
+  const int64_t full = T / 8 * 8, rest = T - full;
+  for (int l = 0; l < 8; ++l) tail[l] = l < rest ? row[full + l] : -std::numeric_limits<float>::infinity();
+  __m256 top = _mm256_load_ps(tail);
+  for (int64_t t = 0; t < full; t += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + t));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, top);
+  const __m256 max = _mm256_set1_ps(*std::max_element(lanes, lanes + 8));
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t t = 0; t < full; t += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + t), max));
+    _mm256_storeu_ps(row + t, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(tail), max));
+  _mm256_store_ps(tail, e);
+  sum = _mm256_add_ps(sum, e);
+  _mm256_store_ps(lanes, sum);
+  const __m256 total =
+      _mm256_set1_ps(((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])));
+  for (int64_t t = 0; t < full; t += 8) _mm256_storeu_ps(row + t, _mm256_div_ps(_mm256_loadu_ps(row + t), total));
+  _mm256_store_ps(tail, _mm256_div_ps(_mm256_load_ps(tail), total));
+  std::copy_n(tail, rest, row + full);
+}
+
+// The keys each live query sees, from its row of the mask: [0, limit) less `hidden` (ascending; none
+// under a causal mask, a tree of drafts' other branches otherwise). Read once a call, not per layer.
+struct Visible {
+  std::vector<int64_t> limit;
+  std::vector<std::vector<int64_t>> hidden;
+
+  Visible(const Mask& mask, const std::vector<int64_t>& live, int64_t S, int64_t T)
+      : limit(live.size(), T), hidden(live.size()) {
+    if (mask.data == nullptr) return;
+    for (std::size_t r = 0; r < live.size(); ++r) {
+      const int64_t b = live[r] / S, s = live[r] % S;
+      while (limit[r] > 0 && !mask.sees(b, s, limit[r] - 1)) --limit[r];
+      for (int64_t t = 0; t < limit[r]; ++t)
+        if (!mask.sees(b, s, t)) hidden[r].push_back(t);
     }
   }
 };
 
-// One layer's attention for n queries q [n, H, D] over the cache's keys and values [B, H_kv, T, D]
-// (strided), T = start + S, query r at row b = live[r] / S and position s = live[r] % S (the
-// live positions of the chunk, in order): softmax(q k / sqrt(D)) v over the keys the mask lets each query
-// see, query head h reading key head h / (H / H_kv); per chunk of queries the softmax is one ATen
-// call (its vectorised exp). out [n, H, D]. Every score and output float is summed as a query alone
-// would sum it: the grouping changes which memory the keys and values come from, not the arithmetic.
-constexpr int64_t kScoreFloats = int64_t{1} << 20;
+// Attention for the N <= 3 query heads from `first` of one live query r over one key head's keys and
+// values (from `key` and `value`, row strides kt, vt): scores over the keys below the query's limit,
+// -inf at its hidden ones, softmax, weighted values; rows: N scratch rows of at least T floats.
+template <int N>
+ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows, float* const* outputs, const float* key,
+                                int64_t kt, const float* value, int64_t vt, int64_t limit,
+                                const std::vector<int64_t>& hidden, int64_t D, float scale) {
+  if (limit == 0) {  // sees no key: no terms (the Python loop's softmax gives NaN; no one reads it)
+    for (int i = 0; i < N; ++i) std::fill_n(outputs[i], D, 0.0f);
+    return;
+  }
+  score_tile<N>(queries, key, kt, limit, D, scale, rows);
+  for (int i = 0; i < N; ++i) {
+    for (const int64_t t : hidden) rows[i][t] = -std::numeric_limits<float>::infinity();
+    softmax(rows[i], limit);
+  }
+  weigh_tile<N>(rows, value, vt, limit, D, outputs);
+}
 
-void attend(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values, int64_t S,
-            int64_t H, int64_t H_kv, int64_t D, int64_t T, const Mask& mask, float* out) {
+// One layer's attention for n queries q [n, H, D] over the cache's keys and values [B, H_kv, T, D]
+// (strided), query r at row b = live[r] / S and position s = live[r] % S (the live positions of the
+// chunk, in order): softmax(q k / sqrt(D)) v over the keys `visible` lets each query see, query head
+// h reading key head h / (H / H_kv); out [n, H, D]. Per query position and key head, its query heads
+// in tiles of up to `tile` (3 where 32 registers hold three heads' accumulators, else 1) share each
+// load of a key or value chunk; the keys past the query's last visible one are neither scored nor
+// weighed (half the work of a prompt under the causal mask). Every score and output float is
+// summed as the query alone would sum it, over the same keys: whatever the tiling, the call's size
+// or the other queries, a query's output has the same bits (the softmax is this file's, over its
+// visible keys only).
+template <int kTile>
+ALWAYS_INLINE void attend_tiled(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys,
+                                const at::Tensor& values, int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T,
+                                const Visible& visible, float* out) {
   const float* k = keys.data_ptr<float>();
   const float* v = values.data_ptr<float>();
   const int64_t kb = keys.stride(0), kh = keys.stride(1), kt = keys.stride(2);
   const int64_t vb = values.stride(0), vh = values.stride(1), vt = values.stride(2);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t G = H / H_kv;  // query heads per key head
-  // queries in chunks whose scores take at most kScoreFloats (a long prompt's S x T stays bounded)
-  const int64_t chunk = std::max<int64_t>(1, std::min(n, kScoreFloats / (H * T)));
-  at::Tensor buffer = at::empty({chunk * H, T}, keys.options());
-  Group group;
-  for (int64_t first = 0; first < n; first += chunk) {
-    const int64_t count = std::min(chunk, n - first);
-    at::Tensor logits = buffer.narrow(0, 0, count * H);
-    float* w = logits.data_ptr<float>();
-    // run(b, g) with `group` holding the chunk's queries of row b and key head g, their rows in `rows`
-    const auto each_group = [&](float* rows, const auto& run) {
-      for (int64_t r = first; r < first + count;) {
-        const int64_t b = live[r] / S;
-        int64_t end = r;
-        while (end < first + count && live[end] / S == b) ++end;
-        for (int64_t g = 0; g < H_kv; ++g) {
-          group.queries.clear(), group.scores.clear(), group.outputs.clear();
-          for (int64_t j = r; j < end; ++j)
-            for (int64_t h = g * G; h < (g + 1) * G; ++h) {
-              group.queries.push_back(q + (j * H + h) * D);
-              group.scores.push_back(rows + ((j - first) * H + h) * T);
-              group.outputs.push_back(out + (j * H + h) * D);
-            }
-          run(b, g);
+  std::vector<float> scratch(kTile * T);
+  for (int64_t r = 0; r < n;) {
+    const int64_t b = live[r] / S;
+    int64_t end = r;  // the live queries of row b: r .. end - 1
+    while (end < n && live[end] / S == b) ++end;
+    for (int64_t g = 0; g < H_kv; ++g) {  // a key head's keys and values stay in cache across the row's queries
+      const float* key = k + b * kb + g * kh;
+      const float* value = v + b * vb + g * vh;
+      for (int64_t j = r; j < end; ++j)
+        for (int64_t h = g * G; h < (g + 1) * G; h += kTile) {
+          const float* queries[kTile];
+          float* rows[kTile];
+          float* outputs[kTile];
+          const int64_t count = std::min<int64_t>(kTile, (g + 1) * G - h);
+          for (int64_t i = 0; i < count; ++i) {
+            queries[i] = q + (j * H + h + i) * D;
+            rows[i] = scratch.data() + i * T;
+            outputs[i] = out + (j * H + h + i) * D;
+          }
+          const auto run = [&](auto heads) {
+            attend_heads<decltype(heads)::value>(queries, rows, outputs, key, kt, value, vt, visible.limit[j],
+                                                 visible.hidden[j], D, scale);
+          };
+          if (count == 3) run(std::integral_constant<int, 3>{});
+          else if (count == 2) run(std::integral_constant<int, 2>{});
+          else run(std::integral_constant<int, 1>{});
         }
-        r = end;
-      }
-    };
-    each_group(w, [&](int64_t b, int64_t g) { group.score(k + b * kb + g * kh, kt, T, D, scale); });
-    if (mask.data != nullptr)
-      for (int64_t r = first; r < first + count; ++r)
-        for (int64_t t = 0; t < T; ++t)
-          if (!mask.sees(live[r] / S, live[r] % S, t))
-            for (int64_t h = 0; h < H; ++h) w[((r - first) * H + h) * T + t] = -std::numeric_limits<float>::infinity();
-    const at::Tensor probs = at::_softmax(logits, -1, false);
-    each_group(probs.data_ptr<float>(), [&](int64_t b, int64_t g) { group.weigh(v + b * vb + g * vh, vt, T, D); });
+    }
+    r = end;
   }
 }
+
+void attend_avx2(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
+                 int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T, const Visible& visible, float* out) {
+  attend_tiled<1>(q, n, live, keys, values, S, H, H_kv, D, T, visible, out);
+}
+
+// The same code where AVX-512VL gives 32 vector registers (tiles of three heads: 24 accumulators).
+__attribute__((target("avx512f,avx512vl")))
+void attend_avx512(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
+                   int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T, const Visible& visible, float* out) {
+  attend_tiled<3>(q, n, live, keys, values, S, H, H_kv, D, T, visible, out);
+}
+
+bool wide_registers() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"); }
 
 }  // namespace
 
@@ -280,6 +379,10 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
   const bool* marked = flat.defined() ? flat.data_ptr<bool>() : nullptr;
   for (int64_t j = 0; j < n; ++j) (marked == nullptr || marked[j] ? live : padding).push_back(j);
   const int64_t m = static_cast<int64_t>(live.size());
+  const Visible visible(seen, live, size, T);
+  // three heads a tile where the CPU has the registers, unless the products keep to AVX2 (a CPU without AVX-512
+  // as DRAFTVERIFY_KERNEL=panel-avx2 imitates it); the same bits either way
+  const auto attend = !kind.empty() && kind[0] != kPanelAvx2 && wide_registers() ? attend_avx512 : attend_avx2;
   const bool all = padding.empty();
   const at::Tensor kept = all ? at::Tensor() : at::from_blob(live.data(), {m}, at::kLong);
   x = x.contiguous();
@@ -318,7 +421,7 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
         std::copy_n(token + (H + H_kv + j) * D, D, v + b * vb + j * vh + (start + s) * vt);
       }
     }
-    attend(q.data_ptr<float>(), m, live.data(), keys[i], values[i], size, H, H_kv, D, T, seen, attended.data_ptr<float>());
+    attend(q.data_ptr<float>(), m, live.data(), keys[i], values[i], size, H, H_kv, D, T, visible, attended.data_ptr<float>());
     add(product(4 * i + 1, attended));
     rms_norm(stream, m, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
     const at::Tensor gate_up = product(4 * i + 2, h);  // [m, 2 I]
