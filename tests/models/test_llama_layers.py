@@ -92,14 +92,16 @@ def test_batches_with_holes_and_draft_trees_decode_alike(quantize):
     assert [r.tokens for r in batches[0]] == [r.tokens for r in batches[1]]
 
 
-def test_grouped_heads_read_their_key_head_in_every_call_shape():
-    """Six query heads over two key heads of 64 (SmolLM2: nine over three): the compiled loop reads
-    each key head's keys and values once for all its queries; every query still attends to its own
+@pytest.mark.parametrize("kernel", [None, "panel-avx2"])
+def test_grouped_heads_read_their_key_head_in_every_call_shape(kernel):
+    """Six query heads over two key heads of 64 (SmolLM2: nine over three): the compiled loop takes
+    the three query heads of a position and key head together (one tile where AVX-512VL gives the
+    registers, one at a time where the products keep to AVX2); every query still attends to its own
     key head, over lengths that leave partial blocks of eight keys, in one-token, five-token and
     masked (holes) calls; the compiled loop skips the padding's products and attention, so only
     the other positions' logits are compared there."""
     model = grouped_llama()
-    compiled, python = TransformersModel(model), TransformersModel(model)
+    compiled, python = TransformersModel(model, kernel=kernel), TransformersModel(model, kernel=kernel)
     assert compiled._lean.compiled is not None
     python._lean = dataclasses.replace(python._lean, compiled=None)
     tokens = torch.randint(0, 50, (2, 37), generator=torch.Generator().manual_seed(1))

@@ -320,9 +320,13 @@ ALWAYS_INLINE void attend_tiled(const float* q, int64_t n, const int64_t* live, 
             attend_heads<decltype(heads)::value>(queries, rows, outputs, key, kt, value, vt, visible.limit[j],
                                                  visible.hidden[j], D, scale);
           };
-          if (count == 3) run(std::integral_constant<int, 3>{});
-          else if (count == 2) run(std::integral_constant<int, 2>{});
-          else run(std::integral_constant<int, 1>{});
+          if constexpr (kTile == 3) {
+            if (count == 3) run(std::integral_constant<int, 3>{});
+            else if (count == 2) run(std::integral_constant<int, 2>{});
+            else run(std::integral_constant<int, 1>{});
+          } else {
+            run(std::integral_constant<int, 1>{});
+          }
         }
     }
     r = end;
