@@ -111,14 +111,19 @@ ALWAYS_INLINE __m256 lane_sums(const __m256* acc) {
   return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
 
+// The sum of one vector's eight lanes by lane_sums' tree, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+ALWAYS_INLINE float tree_sum(__m256 v) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
 // The score of one query [D] against one key [D]: lane l sums the head's floats d = l mod 8 in order
-// of d, then lane_sums' tree; times scale.
+// of d, then tree_sum; times scale.
 ALWAYS_INLINE float score1(const float* query, const float* key, int64_t D, float scale) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(query + d), _mm256_loadu_ps(key + d), acc);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc);
-  return (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))) * scale;
+  return tree_sum(acc) * scale;
 }
 
 constexpr int64_t kNearKeys = 16, kFarKeys = 64;  // rows ahead of the block read prefetched into L1, into L2
@@ -212,7 +217,7 @@ ALWAYS_INLINE __m256 exp8(__m256 x) {
 }
 
 // row[t] = e^{row[t] - max} / sum_u e^{row[u] - max} over t in [0, T), T >= 1, in place; 8 lanes at a
-// time, the last partial chunk padded with -inf, sums in 8 lanes then lane_sums' tree: the same
+// time, the last partial chunk padded with -inf, sums in 8 lanes then tree_sum: the same
 // bits for the same row, whichever call computes it.
 ALWAYS_INLINE void softmax(float* row, int64_t T) {
   alignas(32) float tail[8];
@@ -232,9 +237,7 @@ ALWAYS_INLINE void softmax(float* row, int64_t T) {
   const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(tail), max));
   _mm256_store_ps(tail, e);
   sum = _mm256_add_ps(sum, e);
-  _mm256_store_ps(lanes, sum);
-  const __m256 total =
-      _mm256_set1_ps(((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])));
+  const __m256 total = _mm256_set1_ps(tree_sum(sum));
   for (int64_t t = 0; t < full; t += 8) _mm256_storeu_ps(row + t, _mm256_div_ps(_mm256_loadu_ps(row + t), total));
   _mm256_store_ps(tail, _mm256_div_ps(_mm256_load_ps(tail), total));
   std::copy_n(tail, rest, row + full);
@@ -258,9 +261,10 @@ struct Visible {
   }
 };
 
-// Attention for the N <= 3 query heads from `first` of one live query r over one key head's keys and
-// values (from `key` and `value`, row strides kt, vt): scores over the keys below the query's limit,
-// -inf at its hidden ones, softmax, weighted values; rows: N scratch rows of at least T floats.
+// Attention for N <= 3 query heads of one live query (`queries`; `rows`, N scratch rows of at least
+// `limit` floats; `outputs`) over one key head's keys and values (from `key` and `value`, row strides
+// kt, vt): scores over the keys below the query's limit, -inf at its hidden ones, softmax, weighted
+// values.
 template <int N>
 ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows, float* const* outputs, const float* key,
                                 int64_t kt, const float* value, int64_t vt, int64_t limit,
@@ -281,7 +285,7 @@ ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows,
 // (strided), query r at row b = live[r] / S and position s = live[r] % S (the live positions of the
 // chunk, in order): softmax(q k / sqrt(D)) v over the keys `visible` lets each query see, query head
 // h reading key head h / (H / H_kv); out [n, H, D]. Per query position and key head, its query heads
-// in tiles of up to `tile` (3 where 32 registers hold three heads' accumulators, else 1) share each
+// in tiles of up to kTile (3 where 32 registers hold three heads' accumulators, else 1) share each
 // load of a key or value chunk; the keys past the query's last visible one are neither scored nor
 // weighed (half the work of a prompt under the causal mask). Every score and output float is
 // summed as the query alone would sum it, over the same keys: whatever the tiling, the call's size
