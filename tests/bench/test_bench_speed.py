@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -153,21 +154,55 @@ def test_llama_cpp_decodes_the_default_gguf():
 
 
 def test_batch_rows_leave_the_prefill_out_of_the_decoding_ratio(monkeypatch):
-    """The arithmetic on a synthetic run: 2 prompts of 5 tokens, a batch of 10 s whose first step
-    (the prefill, 1 token a prompt) took 6 s, single runs of 6 s whose first steps took 2 s."""
-    from types import SimpleNamespace
-
+    """The arithmetic on a synthetic run of one round: 2 prompts of 5 tokens, a batch of 10 s whose
+    first step (the prefill, 1 token a prompt) took 6 s, single runs of 6 s whose first steps took 2 s."""
     from draftverify.bench import speed
-
-    def result(seconds: float, first: float) -> SimpleNamespace:
-        step = SimpleNamespace(committed=1, draft_seconds=0.0, target_seconds=first, verify_seconds=0.0)
-        return SimpleNamespace(tokens=[0] * 5, seconds=seconds, steps=[step])
 
     clock = iter([0.0, 10.0])
     monkeypatch.setattr(speed.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(speed, "run_spec_batch", lambda *args, **kwargs: [result(10.0, 6.0)] * 2)
-    monkeypatch.setattr(speed, "run_spec", lambda *args, **kwargs: SimpleNamespace(result=result(6.0, 2.0)))
-    (row,) = speed.batch_speed(None, {}, [[1], [2]], ("ar",), seed=0)
+    monkeypatch.setattr(speed, "run_spec_batch", lambda *args, **kwargs: [_result(10.0, 6.0)] * 2)
+    monkeypatch.setattr(speed, "run_spec", lambda *args, **kwargs: SimpleNamespace(result=_result(6.0, 2.0)))
+    (row,) = speed.batch_speed(None, {}, [[1], [2]], ("ar",), seed=0, rounds=1)
     assert row["batch_tokens_per_second"] == 1.0 and row["single_tokens_per_second"] == 10 / 12
     assert row["batch_decode_tokens_per_second"] == 8 / 4 and row["single_decode_tokens_per_second"] == 8 / 8
     assert row["batch_vs_single"] == pytest.approx(1.2) and row["decode_batch_vs_single"] == 2.0
+    assert row["round_ratios"] == [pytest.approx(1.2)]
+
+
+def test_batch_rounds_alternate_their_order_so_a_drift_reaches_both_sides(monkeypatch):
+    """Two rounds on a machine whose k-th call runs 1 + k / 2 times slower than at first: batch,
+    single; single, batch. One prompt, so each side is one call a round: the batch's calls k = 0
+    and 3, the single ones k = 1 and 2, the same mean slowdown, and the ratio of the sums is the
+    undrifted one (a batch call of 2 s against a single call of 1 s for the same 5 tokens: 0.5),
+    where each round's own ratio errs, in opposite directions. A twin that ran the batch first in
+    both rounds (calls 0 and 2 against 1 and 3) would read 2 / 3."""
+    from draftverify.bench import speed
+
+    calls, now = [], [0.0]
+
+    def timed(kind: str, base: float, seed: int) -> SimpleNamespace:
+        seconds = base * (1 + len(calls) / 2)
+        calls.append((kind, seed))
+        now[0] += seconds
+        return _result(seconds, seconds / 10)
+
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(speed, "run_spec_batch", lambda spec, target, drafts, prompts, seed, **kw: [timed("batch", 2.0, seed)])
+    monkeypatch.setattr(speed, "run_spec",
+                        lambda spec, target, drafts, prompt, seed, **kw: SimpleNamespace(result=timed("single", 1.0, seed)))
+    (row,) = speed.batch_speed(None, {}, [[1]], ("ar",), seed=7)
+    assert calls == [("batch", 7), ("single", 7), ("single", 8), ("batch", 8)]
+    assert row["rounds"] == 2 and row["batch_vs_single"] == pytest.approx(0.5)
+    assert row["round_ratios"][0] == pytest.approx(0.5 * 1.5) and row["round_ratios"][1] == pytest.approx(0.5 * 2 / 2.5)
+
+
+def test_batch_rounds_must_be_positive():
+    from draftverify.bench import speed
+
+    with pytest.raises(ValueError, match="rounds"):
+        speed.batch_speed(None, {}, [[1]], ("ar",), seed=0, rounds=0)
+
+
+def _result(seconds: float, first: float) -> SimpleNamespace:
+    step = SimpleNamespace(committed=1, draft_seconds=0.0, target_seconds=first, verify_seconds=0.0)
+    return SimpleNamespace(tokens=[0] * 5, seconds=seconds, steps=[step])

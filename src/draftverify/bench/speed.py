@@ -30,7 +30,7 @@ run's first step is left out, as decode tokens/s leaves it out (before 2026-11-2
 the prompt's prefill, one call of the prompt's length, spread over fewer calls in a speculative run
 than in ``ar``, read as r = 1.14-1.18 where the calls themselves cost 1.03-1.05).
 Batch rows (``--batch N``): ``generate_batch`` on the first N prompts beside N single ``generate``
-calls on the same prompts, same seeds.
+calls on the same prompts, same seeds, in two rounds of opposite order (:func:`batch_speed`).
 With ``--draft-length auto`` our speculative rows choose each step's L from the decoding's past
 (:class:`~draftverify.engine.draft_length.AutoDraftLength`, L = 0 among its choices) and the
 assisted row runs transformers' own dynamic schedule (``"heuristic"``, from L = 4); acceptance
@@ -73,6 +73,7 @@ ASSISTED = "hf-assisted"
 GENERATE = "hf-generate"
 LLAMA_CPP, LLAMA_CPP_GREEDY = "llama.cpp", "llama.cpp-greedy"
 BATCH_SPECS = (AR, "sd")
+BATCH_ROUNDS = 2  # batch, singles; singles, batch (see batch_speed)
 
 __all__ = ["SpeedSettings", "assisted", "batch_speed", "hf_generate", "run"]
 
@@ -196,37 +197,61 @@ def _first_calls(**meters: dict[str, float]) -> dict[str, float]:
 
 
 def batch_speed(target, drafts: dict[str, Any], prompts: list[list[int]], specs: tuple[str, ...],
-                seed: int, **settings: Any) -> list[dict[str, Any]]:
+                seed: int, rounds: int = BATCH_ROUNDS, **settings: Any) -> list[dict[str, Any]]:
     """Tokens/s of ``generate_batch`` on all ``prompts`` beside one ``generate`` call per prompt
-    (same seed), for each method of ``specs``: the batch call, then the single calls. Also without
-    the first step (the prompts' prefill, one call for the batch, one per prompt alone), as ``decode
-    tokens/s`` leaves it out: the prefill is bound by the arithmetic, which a batch does not share;
-    None where nothing was decoded after it)."""
+    (same seed), for each method of ``specs``, over ``rounds`` rounds whose order alternates: an
+    even round runs the batch call, then the single calls, an odd one the single calls first (round
+    i seeds ``seed + i``). The machine's speed drifts over the minutes a round takes (the same code
+    gave 4.25x and 3.83x in two runs of one round, the single prompts' speed moving with the
+    machine's); two rounds in this order give a linear drift to both sides alike. Also without the first step (the
+    prompts' prefill, one call for the batch, one per prompt alone), as ``decode tokens/s`` leaves
+    it out: the prefill is bound by the arithmetic, which a batch does not share; None where
+    nothing was decoded after it. ``round_ratios``: each round's batch over single tokens/s, the
+    spread the drift left."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
     rows = []
     for spec in specs:
-        began = time.perf_counter()
-        results = run_spec_batch(spec, target, drafts, prompts, seed=seed, **settings)
-        batch_seconds = time.perf_counter() - began
-        first = results[0].steps[0]  # the batch's first step, which every row's first step records
-        batch_first = (sum(r.steps[0].committed for r in results), _step_seconds(first))
-        single, single_first = [0, 0.0], [0, 0.0]
-        for prompt in prompts:
-            run = run_spec(spec, target, drafts, prompt, seed=seed, **settings).result
-            single = [single[0] + len(run.tokens), single[1] + run.seconds]
-            single_first = [single_first[0] + run.steps[0].committed, single_first[1] + _step_seconds(run.steps[0])]
-        batch = (sum(len(r.tokens) for r in results), batch_seconds)
-        speeds = {name: (tokens / seconds, (tokens - first_tokens) / (seconds - first_seconds) if tokens > first_tokens
+        totals = {side: [0, 0.0, 0, 0.0] for side in ("batch", "single")}  # tokens, seconds, first tokens, first seconds
+        round_ratios = []
+        for i in range(rounds):
+            order = ("batch", "single") if i % 2 == 0 else ("single", "batch")
+            measured = {side: (_batch_run if side == "batch" else _single_runs)(spec, target, drafts, prompts, seed + i,
+                                                                                settings)
+                        for side in order}
+            for side, values in measured.items():
+                totals[side] = [a + b for a, b in zip(totals[side], values)]
+            round_ratios.append((measured["batch"][0] / measured["batch"][1]) / (measured["single"][0] / measured["single"][1]))
+        speeds = {side: (tokens / seconds, (tokens - first_tokens) / (seconds - first_seconds) if tokens > first_tokens
                          else None)
-                  for name, (tokens, seconds), (first_tokens, first_seconds)
-                  in (("batch", batch, batch_first), ("single", single, single_first))}
-        rows.append(dict(method=spec, prompts=len(prompts), batch_tokens_per_second=speeds["batch"][0],
+                  for side, (tokens, seconds, first_tokens, first_seconds) in totals.items()}
+        rows.append(dict(method=spec, prompts=len(prompts), rounds=rounds, batch_tokens_per_second=speeds["batch"][0],
                          single_tokens_per_second=speeds["single"][0],
-                         batch_vs_single=speeds["batch"][0] / speeds["single"][0],
+                         batch_vs_single=speeds["batch"][0] / speeds["single"][0], round_ratios=round_ratios,
                          batch_decode_tokens_per_second=speeds["batch"][1],
                          single_decode_tokens_per_second=speeds["single"][1],
                          decode_batch_vs_single=None if None in (speeds["batch"][1], speeds["single"][1])
                          else speeds["batch"][1] / speeds["single"][1]))
     return rows
+
+
+def _batch_run(spec: str, target, drafts: dict[str, Any], prompts: list[list[int]], seed: int,
+               settings: dict[str, Any]) -> tuple[int, float, int, float]:
+    """One ``generate_batch`` call: tokens, wall seconds, and those of its first step (the batch's
+    first step, which every row's first step records)."""
+    began = time.perf_counter()
+    results = run_spec_batch(spec, target, drafts, prompts, seed=seed, **settings)
+    seconds = time.perf_counter() - began
+    return (sum(len(r.tokens) for r in results), seconds, sum(r.steps[0].committed for r in results),
+            _step_seconds(results[0].steps[0]))
+
+
+def _single_runs(spec: str, target, drafts: dict[str, Any], prompts: list[list[int]], seed: int,
+                 settings: dict[str, Any]) -> tuple[int, float, int, float]:
+    """One ``generate`` call per prompt: tokens, seconds, and those of their first steps, summed."""
+    runs = [run_spec(spec, target, drafts, prompt, seed=seed, **settings).result for prompt in prompts]
+    return (sum(len(r.tokens) for r in runs), sum(r.seconds for r in runs), sum(r.steps[0].committed for r in runs),
+            sum(_step_seconds(r.steps[0]) for r in runs))
 
 
 def _step_seconds(step: Any) -> float:
@@ -326,11 +351,13 @@ def _tables(report: dict[str, Any], batch: int) -> str:
                       [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
                                                                              "total")], markdown=False)]
     if report.get("batch"):
-        parts += ["", table_of(report["batch"], [("method", "method", "s"), ("prompts", "prompts", "d"),
+        rows = [dict(row, each_round=" ".join(f"{ratio:.2f}" for ratio in row["round_ratios"])) for row in report["batch"]]
+        parts += ["", table_of(rows, [("method", "method", "s"), ("prompts", "prompts", "d"),
                                                  ("batch_tokens_per_second", "batch tokens/s", ".1f"),
                                                  ("single_tokens_per_second", "single tokens/s", ".1f"),
                                                  ("batch_vs_single", "batch vs single", ".2f"),
-                                                 ("decode_batch_vs_single", "decoding: batch vs single", ".2f")],
+                                                 ("decode_batch_vs_single", "decoding: batch vs single", ".2f"),
+                                                 ("each_round", "each round", "s")],
                                     markdown=False)]
     goals = report["goals"]
     parts.append(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0), "
