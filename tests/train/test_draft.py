@@ -1,4 +1,4 @@
-"""The real target's draft: teacher answers, the bucketed losses, initialisation and resuming."""
+"""The real target's draft: teacher answers, the bucketed and subset losses, initialisation and resuming."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from draftverify.models import TransformersModel
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
-from draftverify.train.draft import DraftConfig, bucket_losses, distill_draft, draft_model, load_shards
+from draftverify.train.draft import DraftConfig, bucket_losses, distill_draft, draft_model, load_shards, subset_losses
 from draftverify.train.draft_pipeline import train_draft
 from draftverify.train.feature_draft import FeatureDraftConfig, frequent_tokens
 from draftverify.train.teacher import TeacherConfig, answer_batch, chat_prompts
@@ -38,6 +38,21 @@ def test_bucket_losses_are_zero_for_the_teacher_itself_and_bounded():
     torch.testing.assert_close(far, (1 - rest).mean())  # TV = 1/2 (sum_k T_k + |r - 1|) = 1 - r
 
 
+def test_subset_losses_read_the_target_law_on_the_subset_and_count_its_mass_outside():
+    target = torch.softmax(torch.randn(5, 12), -1)
+    subset = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11])
+    on_subset = target[:, subset]  # [5, 8]
+    mass = on_subset.sum(1)
+    cross_entropy, variation = subset_losses(on_subset.log(), on_subset)  # the draft: the target renormalised on the subset
+    torch.testing.assert_close(variation, (1 - mass).mean())  # sum min(T, D) = the target's mass on the subset
+    torch.testing.assert_close(cross_entropy, -(on_subset * (on_subset / mass[:, None]).log()).sum(1).mean())
+    logits = on_subset.log().requires_grad_()
+    subset_losses(logits, on_subset)[0].backward()
+    assert logits.grad.abs().max() < 1e-6  # the cross-entropy's minimum: the renormalised target
+    _, uniform = subset_losses(torch.zeros(5, 8), on_subset)
+    torch.testing.assert_close(uniform, 1 - torch.minimum(on_subset, torch.full_like(on_subset, 1 / 8)).sum(1).mean())
+
+
 def test_answers_come_with_the_law_they_were_drawn_from(target_folder):
     target = TransformersModel.from_pretrained(target_folder)
     prompts = [target.tokenizer.encode("def add(a"), target.tokenizer.encode("x")]
@@ -54,7 +69,7 @@ def test_labelling_keeps_the_features_of_every_position(target_folder, tmp_path)
     """The features read back from the labelling's cache are the target's final hidden states at
     every position of prompt and answer (a teacher-forced pass of the transformers model), rows of
     different prompt lengths included (left padding in the batch)."""
-    from draftverify.train.feature_draft import load_feature_rows
+    from draftverify.train.feature_draft import load_feature_rows, target_laws
     from draftverify.train.teacher import label_shards
 
     target = TransformersModel.from_pretrained(target_folder)
@@ -69,6 +84,13 @@ def test_labelling_keeps_the_features_of_every_position(target_folder, tmp_path)
             expected = target.model.model(input_ids=ids).last_hidden_state[0]
         assert features.shape == tuple(expected.shape)
         torch.testing.assert_close(torch.from_numpy(features.astype(np.float32)), expected, atol=2e-3, rtol=2e-3)
+        # the feature draft's labels: the target's law over a subset, from the stored features
+        subset = torch.tensor([1, 4, 5, 9])
+        with torch.inference_mode():
+            law = torch.softmax(target.model(input_ids=ids).logits[0].float(), -1)[:, subset]
+        stored = torch.from_numpy(features.astype(np.float32))
+        torch.testing.assert_close(target_laws(target.model.get_output_embeddings(), stored, subset), law,
+                                   atol=1e-3, rtol=1e-2)
 
 
 def test_labelling_keeps_the_streams_a_fused_draft_reads_from_its_own_forwards(target_folder, tmp_path):

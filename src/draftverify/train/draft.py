@@ -27,8 +27,10 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
+from ..formulas import overlap
+
 __all__ = ["DraftConfig", "distill_draft", "draft_model", "load_shards", "shard_rows", "resume", "save_checkpoint", "set_learning_rate",
-           "teacher_batch"]
+           "subset_losses", "teacher_batch"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,17 @@ def teacher_batch(rows, indices: list[int]):
         ids.append(torch.from_numpy(top_ids.astype(np.int64)))
         probs.append(torch.from_numpy(top_probs))
     return tokens, torch.cat(where), torch.cat(ids), torch.cat(probs)
+
+
+def subset_losses(draft_logits: torch.Tensor, target_probs: torch.Tensor):
+    """(cross-entropy, total variation), each a mean over positions, of a draft whose law lives on a
+    subset of the vocabulary (``draft_logits`` [N, n]) against the target's exact probabilities of
+    those n tokens (``target_probs`` [N, n], summing to at most 1). The target's mass outside the
+    subset, which no such draft reaches, is left out of the cross-entropy (a constant there) and kept
+    in the variation, so that 1 - variation is the acceptance sum_x min(T(x), D(x))."""
+    log_draft = torch.log_softmax(draft_logits, -1)
+    cross_entropy = -(target_probs * log_draft).sum(1)
+    return cross_entropy.mean(), 1 - overlap(target_probs, log_draft.exp()).mean()
 
 
 def bucket_losses(draft_logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor):
