@@ -51,6 +51,15 @@ def test_subset_losses_read_the_target_law_on_the_subset_and_count_its_mass_outs
     assert logits.grad.abs().max() < 1e-6  # the cross-entropy's minimum: the renormalised target
     _, uniform = subset_losses(torch.zeros(5, 8), on_subset)
     torch.testing.assert_close(uniform, 1 - torch.minimum(on_subset, torch.full_like(on_subset, 1 / 8)).sum(1).mean())
+    # with a bucket: the cross-entropy of the target's 3 most probable tokens and one bucket, the variation exact
+    logits = torch.randn(5, 8)
+    top = torch.topk(on_subset, 3, -1)
+    bucketed, exact = subset_losses(logits, on_subset, 3)
+    torch.testing.assert_close(bucketed, bucket_losses(logits, top.indices, top.values)[0])
+    torch.testing.assert_close(exact, subset_losses(logits, on_subset)[1])
+    assert bucketed < subset_losses(logits, on_subset)[0]  # the bucket hides how the rest is spread
+    with pytest.raises(ValueError, match="bucket"):
+        FeatureDraftConfig(vocab=12, bucket=12)  # the bucket would hold only what the draft cannot reach
 
 
 def test_answers_come_with_the_law_they_were_drawn_from(target_folder):
@@ -143,7 +152,7 @@ def test_the_prompts_come_from_the_standard_library_or_the_installed_packages(ta
     monkeypatch.setattr(draft_pipeline, "chat_prompts",
                         lambda split, seed, root=None: asked.append((split, seed, root)) or ["def f(x):"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=3, top_k=4, prompts_per_shard=2, seed=5, prompts="packages")
-    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0, fusion=(1,))
+    config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, checkpoint_every=1, calibration=0, fusion=(1,))
     record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
                          teacher=teacher, draft=config, log=lambda _: None)
     assert asked == [("train", 5, prompt_root("packages"))] and record["teacher"]["prompts"] == "packages"
@@ -177,7 +186,7 @@ def test_a_feature_draft_run_extracts_features_trains_and_loads(target_folder, t
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, unroll=2, calibration=2)
+    config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=2, checkpoint_every=1, unroll=2, calibration=2)
     record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
                          teacher=teacher, draft=config, log=lambda _: None)
     assert record["last_step"]["step"] == 2
@@ -198,10 +207,10 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
+    config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
     train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
                 teacher=teacher, draft=config, log=lambda _: None)
-    later = FeatureDraftConfig(vocab=12, layers=2, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, unroll=2, seed=1,
+    later = FeatureDraftConfig(vocab=12, bucket=4, layers=2, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, unroll=2, seed=1,
                                calibration=0)
     record = train_draft(target_folder, tmp_path / "second", tmp_path / "stage2", label_minutes=0, train_minutes=1,
                          teacher=teacher, draft=later, extra_shards=(tmp_path / "first" / "teacher",),
@@ -216,11 +225,11 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
                     teacher=teacher, draft=DraftConfig(), start=tmp_path / "stage1")
     with pytest.raises(ValueError, match="subset"):
         train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
-                    teacher=teacher, draft=FeatureDraftConfig(vocab=10), extra_shards=(tmp_path / "first" / "teacher",),
+                    teacher=teacher, draft=FeatureDraftConfig(vocab=10, bucket=4), extra_shards=(tmp_path / "first" / "teacher",),
                     start=tmp_path / "stage1")
     with pytest.raises(ValueError, match="start: it has 2 decoder layers"):
         train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
-                    teacher=teacher, draft=FeatureDraftConfig(vocab=12), extra_shards=(tmp_path / "first" / "teacher",),
+                    teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4), extra_shards=(tmp_path / "first" / "teacher",),
                     start=tmp_path / "stage2")
 
 
@@ -233,13 +242,13 @@ def test_a_fused_stage_grows_the_fusion_from_a_trained_draft_and_computes_the_st
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    plain = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
+    plain = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
     train_draft(target_folder, tmp_path / "first", tmp_path / "stage1", label_minutes=1, train_minutes=1,
                 teacher=teacher, draft=plain, log=lambda _: None)
     shards = tmp_path / "first" / "teacher"
     with pytest.raises(ValueError, match="fusion: .* holds the streams after layers None"):
         load_feature_rows(shards, (1,))  # not extracted yet
-    fused = FeatureDraftConfig(vocab=12, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, seed=1, calibration=0,
+    fused = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=2, checkpoint_every=1, lr=1e-2, seed=1, calibration=0,
                                fusion=(1,))
     record = train_draft(target_folder, tmp_path / "second", tmp_path / "stage2", label_minutes=0, train_minutes=1,
                          teacher=teacher, draft=fused, extra_shards=(shards,), start=tmp_path / "stage1",
@@ -390,7 +399,7 @@ def test_a_feature_draft_run_trains_on_its_source_windows_too(target_folder, tmp
     windows = [[i % 20 for i in range(40)]] * 6  # the context is 32 tokens
     monkeypatch.setattr(draft_pipeline, "source_windows", lambda tokenizer, seed: windows)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=2)
-    config = FeatureDraftConfig(vocab=12, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
+    config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, checkpoint_every=1, calibration=0)
     record = train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=1,
                          source_minutes=1, teacher=teacher, draft=config, log=lambda _: None)
     assert record["shard_folders"] == [str(tmp_path / "work" / "teacher"), str(tmp_path / "work" / "source")]

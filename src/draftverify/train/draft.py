@@ -115,15 +115,20 @@ def teacher_batch(rows, indices: list[int]):
     return tokens, torch.cat(where), torch.cat(ids), torch.cat(probs)
 
 
-def subset_losses(draft_logits: torch.Tensor, target_probs: torch.Tensor):
+def subset_losses(draft_logits: torch.Tensor, target_probs: torch.Tensor, bucket: int = 0):
     """(cross-entropy, total variation), each a mean over positions, of a draft whose law lives on a
     subset of the vocabulary (``draft_logits`` [N, n]) against the target's exact probabilities of
-    those n tokens (``target_probs`` [N, n], summing to at most 1). The target's mass outside the
-    subset, which no such draft reaches, is left out of the cross-entropy (a constant there) and kept
-    in the variation, so that 1 - variation is the acceptance sum_x min(T(x), D(x))."""
+    those n tokens (``target_probs`` [N, n], summing to at most 1). The variation is exact and counts
+    the target's mass outside the subset, which no such draft reaches, so that 1 - variation is the
+    acceptance sum_x min(T(x), D(x)). The cross-entropy reads the target's ``bucket`` most probable
+    tokens of the subset and the rest of both masses as one bucket (:func:`bucket_losses`), or with
+    ``bucket`` 0 all n tokens (the mass outside the subset, a constant there, left out)."""
     log_draft = torch.log_softmax(draft_logits, -1)
-    cross_entropy = -(target_probs * log_draft).sum(1)
-    return cross_entropy.mean(), 1 - overlap(target_probs, log_draft.exp()).mean()
+    variation = 1 - overlap(target_probs, log_draft.exp()).mean()
+    if bucket:
+        top = torch.topk(target_probs, bucket, -1)
+        return bucket_losses(draft_logits, top.indices, top.values)[0], variation
+    return -(target_probs * log_draft).sum(1).mean(), variation
 
 
 def bucket_losses(draft_logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor):
