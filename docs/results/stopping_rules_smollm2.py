@@ -28,6 +28,7 @@ from draftverify.bench.models import ModelSettings, load_models
 from draftverify.engine import decoder
 from draftverify.engine.generate import generate_batch
 from draftverify.models.chat import encode_prompt
+from draftverify.theory import tokens_per_step
 from draftverify.train.measure import humaneval_prompts
 
 RESULTS = Path(__file__).parent
@@ -91,14 +92,14 @@ def stop_lengths(steps: list[dict], key: str, threshold: float, max_length: int)
 
 def acceptance_for(speedup: float, length: int, r: np.ndarray, c: float, v: float) -> float | None:
     """The acceptance a, the same at every position (seed 002's i.i.d. model), at which L = ``length``
-    gives ``speedup``: (1 - a^(L+1)) / (1 - a) = speedup (r(L + 1) + L c + v), by bisection (None: not below 1)."""
+    gives ``speedup``: tokens_per_step(a, L) = speedup (r(L + 1) + L c + v), by bisection (None: not below 1)."""
     needed = speedup * (r[length + 1] + length * c + v)
     if needed >= length + 1:
         return None
     low, high = 0.0, 1.0
     for _ in range(60):
         a = (low + high) / 2
-        low, high = (a, high) if (1 - a ** (length + 1)) / (1 - a) < needed else (low, a)
+        low, high = (a, high) if tokens_per_step(a, length) < needed else (low, a)
     return round(low, 4)
 
 
