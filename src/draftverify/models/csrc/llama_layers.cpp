@@ -6,10 +6,11 @@
 // its last visible one and no further, and its bits do not depend on the rest of the call. A
 // one-token call of SmolLM2-135M runs some 30 ATen operations a layer, each a few microseconds of
 // dispatch and allocation, together as much as the call's matrix products once these stream GGUF
-// blocks; here a layer's work outside its four products is a few microseconds. The products are the panel kernel's (panel_mm.cpp); the keys and values go straight
-// into the static cache's buffers (draftverify.models.static_cache.StaticKV). Positions marked as
-// padding (`valid`) are left out of every product and of attention: a batch of prompts of different
-// lengths pays for its tokens, not for its rectangle.
+// blocks; here a layer's work outside its four products is a few microseconds. The products are the
+// panel kernel's (panel_mm.cpp); the keys and values go straight into the static cache's buffers
+// (draftverify.models.static_cache.StaticKV). Positions marked as padding (`valid`) are left out of
+// every product and of attention: a batch of prompts of different lengths pays for its tokens, not
+// for its rectangle.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
