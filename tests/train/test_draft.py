@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -231,6 +233,48 @@ def test_a_further_feature_stage_starts_from_a_trained_draft_on_more_shards(targ
         train_draft(target_folder, tmp_path / "second", tmp_path / "x", label_minutes=0, train_minutes=0,
                     teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4), extra_shards=(tmp_path / "first" / "teacher",),
                     start=tmp_path / "stage2")
+
+
+def test_the_learning_rate_warms_up_linearly_then_falls_by_a_cosine_to_a_tenth():
+    from draftverify.train.draft import set_learning_rate
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    rates = {}
+    for warmup, step in ((4, 0), (4, 3), (0, 0), (0, 50), (0, 100)):
+        set_learning_rate(optimizer, 2.0, step, warmup, 100)
+        rates[warmup, step] = optimizer.param_groups[0]["lr"]
+    assert rates[4, 0] == pytest.approx(0.5) and rates[4, 3] == pytest.approx(2.0 * (0.1 + 0.45 * (1 + math.cos(0.03 * math.pi))))
+    assert rates[0, 0] == pytest.approx(2.0) and rates[0, 50] == pytest.approx(1.1) and rates[0, 100] == pytest.approx(0.2)
+
+
+def test_the_feature_regression_weighs_in_the_loss_as_set(target_folder, tmp_path, monkeypatch):
+    """``regression`` scales the feature regression in the loss (EAGLE-3 drops it: 0): one step from
+    the same head on the same batch lands elsewhere for each weight; a weight < 0 or not finite is
+    refused."""
+    from draftverify.train import draft_pipeline
+    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
+                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    target = TransformersModel.from_pretrained(target_folder)
+    rows = load_feature_rows(tmp_path / "work" / "teacher")
+    trained = {}
+    for weight in (0.0, 1.0, 100.0):
+        config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-2, warmup=0, calibration=0,
+                                    regression=weight)
+        head = new_head(target.model, rows, config)
+        torch.manual_seed(0)  # the same noise
+        figures = train_feature_head(head, target.model, rows, config, tmp_path / f"w{weight}", log=lambda _: None)
+        assert figures["regression"] > 0  # logged whatever its weight
+        trained[weight] = head.fc.weight.detach().clone()
+    assert not torch.equal(trained[0.0], trained[1.0]) and not torch.equal(trained[1.0], trained[100.0])
+    for bad in (-0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="regression: a finite weight >= 0"):
+            FeatureDraftConfig(regression=bad)
+    with pytest.raises(ValueError, match="warmup"):
+        FeatureDraftConfig(warmup=-1)
 
 
 def test_a_fused_stage_grows_the_fusion_from_a_trained_draft_and_computes_the_streams_once(target_folder, tmp_path,

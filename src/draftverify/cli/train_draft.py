@@ -52,6 +52,12 @@ def train_draft(
     calibration: Annotated[int | None, typer.Option(min=0, help="Held-out chat prompts the output temperature is "
                                                     "fitted on after training; 0: none (--kind feature).",
                                                     show_default="32")] = None,
+    regression: Annotated[float | None, typer.Option(help="Weight of the feature regression in the loss, >= 0; 0: "
+                                                           "the token losses alone, as EAGLE-3 (--kind feature).",
+                                                      show_default="1.0")] = None,
+    bucket: Annotated[int | None, typer.Option(help="The cross-entropy's top-k: the target's other tokens form one "
+                                                    "bucket; 0: all of its law (--kind feature).",
+                                               show_default="32")] = None,
     fusion: Annotated[str | None, typer.Option(help="Fuse the target's residual streams after these layer counts "
                                                     "into the head's input, e.g. '3,15' (EAGLE-3); with --from, a "
                                                     "head without them grows the fusion, zero at first "
@@ -71,7 +77,8 @@ def train_draft(
         except ValueError:
             raise ValueError(f"--fusion: layer counts separated by commas, e.g. '3,15', got {fusion!r}") from None
     schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, layers=layers, unroll=unroll, seed=seed,
-                                      calibration=calibration, fusion=fusion).items() if v is not None}
+                                      calibration=calibration, fusion=fusion,
+                                      regression=regression, bucket=bucket).items() if v is not None}
     configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule),
                "llama": lambda: DraftConfig(steps=steps), "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:

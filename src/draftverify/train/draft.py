@@ -189,8 +189,8 @@ def resume(checkpoint: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float, step: int, warmup: int, steps: int) -> None:
-    """Linear warmup over ``warmup`` steps, then a cosine from ``lr`` to 0.1 ``lr`` at ``steps``."""
-    factor = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+    """Linear warmup over ``warmup`` steps (0: none), then a cosine from ``lr`` to 0.1 ``lr`` at ``steps``."""
+    factor = min(1.0, (step + 1) / max(warmup, 1)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
     for group in optimizer.param_groups:
         group["lr"] = lr * factor
 

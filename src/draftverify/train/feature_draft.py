@@ -14,11 +14,12 @@ target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, a f
 (:func:`~draftverify.models.feature_draft.fused_features`), plus Gaussian noise of
 ``noise`` times the features' RMS, EAGLE's remedy for its own errors at later draft positions),
 
-    smooth_l1(f^_j, f_j)  (every position)  +  cross-entropy + total variation  (answer positions),
+    w smooth_l1(f^_j, f_j)  (every position)  +  cross-entropy + total variation  (answer positions),
 
-the last two against the target's exact law at each answer position over the draft's token subset
-(:func:`.draft.subset_losses`): the target's output layer applied to its stored features, all of
-the vocabulary, then the subset's columns. The total variation is the exact one (1 - acceptance);
+w the ``regression`` weight (EAGLE-3, Li et al. 2025, section 3, drops the regression, w = 0, so
+that the draft's features need not be the target's), the last two against the target's exact law
+at each answer position over the draft's token subset (:func:`.draft.subset_losses`): the target's
+output layer applied to its stored features, all of the vocabulary, then the subset's columns. The total variation is the exact one (1 - acceptance);
 the cross-entropy merges the target's tokens past its ``bucket`` most probable into one bucket, as
 the labels of earlier stages did: over all of the law (``bucket`` 0) it pulls the draft's mass
 towards the target's long tail at the expense of its most probable tokens (a pilot, 325 steps from
@@ -74,7 +75,7 @@ class FeatureDraftConfig:
     warmup: int = 50
     steps: int = 3000
     noise: float = 0.1
-    regression: float = 1.0
+    regression: float = 1.0  # the feature regression's weight in the loss (0: the token losses alone, as EAGLE-3)
     bucket: int = 32  # the cross-entropy's top-k: the target's other tokens form one bucket (0: none, all of its law)
     unroll: int = 1
     seed: int = 0
@@ -86,6 +87,10 @@ class FeatureDraftConfig:
         if min(self.vocab, self.layers, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 \
                 or not self.lr > 0:
             raise ValueError("vocab, layers, batch_size, steps, checkpoint_every, unroll and lr must be positive")
+        if self.warmup < 0:
+            raise ValueError(f"warmup: 0 steps (none) or more, got {self.warmup}")
+        if not 0 <= self.regression < float("inf"):
+            raise ValueError(f"regression: a finite weight >= 0, got {self.regression}")
         if not 0 <= self.bucket < self.vocab:
             raise ValueError(f"bucket: 0 (no bucket) or fewer than vocab = {self.vocab} tokens, got {self.bucket}")
         object.__setattr__(self, "fusion", layer_counts(self.fusion, name="fusion"))  # a list from JSON: a tuple
