@@ -123,6 +123,7 @@ SLOW = [
     (["train-draft", "--kind", "feature", "--regression", "-1", "--label-minutes", "0"], 2),  # a weight >= 0
     (["train-draft", "--kind", "llama", "--regression", "0", "--label-minutes", "0"], 2),  # feature only
     (["train-draft", "--kind", "feature", "--bucket", "8192", "--label-minutes", "0"], 2),  # fewer than the subset's
+    (["train-draft", "--kind", "feature", "--precision", "float16", "--label-minutes", "0"], 2),  # float32 or bfloat16
     (["train-draft", "--prompts", "site", "--label-minutes", "0"], 2),  # stdlib or packages
     (["evaluate-draft", "--chat", "1", "--humaneval", "1", "--tokens", "4", "--ahead", "2", "--draft-length", "2",
       "--context", "64", "--seed", "100", "--source", "1", "--target", "smollm2", "--threads", "1", "--engine",

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from draftverify.models import TransformersModel
 from draftverify.models.toy import char_tokenizer, tiny_causal_lm
@@ -275,6 +276,38 @@ def test_the_feature_regression_weighs_in_the_loss_as_set(target_folder, tmp_pat
             FeatureDraftConfig(regression=bad)
     with pytest.raises(ValueError, match="warmup"):
         FeatureDraftConfig(warmup=-1)
+
+
+def test_a_bfloat16_step_computes_the_float32_losses_to_bfloat16_precision(target_folder, tmp_path, monkeypatch):
+    """``precision="bfloat16"`` runs the head's layers under autocast (the labels, the output layer and
+    the losses stay float32): one step from the same head on the same batch logs the float32 step's
+    losses to within bfloat16's rounding, though not to the bit (autocast ran), and moves the
+    weights alike."""
+    from draftverify.train import draft_pipeline
+    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
+                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    target = TransformersModel.from_pretrained(target_folder)
+    rows = load_feature_rows(tmp_path / "work" / "teacher")
+    figures, moved = {}, {}
+    for precision in ("float32", "bfloat16"):
+        config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-3, warmup=0, unroll=2,
+                                    calibration=0, precision=precision)
+        head = new_head(target.model, rows, config)
+        before = head.fc.weight.detach().clone()
+        torch.manual_seed(0)
+        figures[precision] = train_feature_head(head, target.model, rows, config, tmp_path / precision,
+                                                log=lambda _: None)
+        moved[precision] = head.fc.weight.detach() - before
+    for key in ("regression", "cross_entropy", "acceptance"):
+        assert figures["bfloat16"][key] == pytest.approx(figures["float32"][key], rel=2e-2)
+    assert figures["bfloat16"]["cross_entropy"] != figures["float32"]["cross_entropy"]
+    assert F.cosine_similarity(moved["bfloat16"].flatten(), moved["float32"].flatten(), 0) > 0.9
+    with pytest.raises(ValueError, match="precision: float32 or bfloat16"):
+        FeatureDraftConfig(precision="float16")
 
 
 def test_a_fused_stage_grows_the_fusion_from_a_trained_draft_and_computes_the_streams_once(target_folder, tmp_path,

@@ -36,6 +36,33 @@ def test_a_later_pass_is_the_draft_drafting_that_many_positions_ahead(ahead, lay
     torch.testing.assert_close(logits, trained, atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_passes_cache_what_the_passes_before_computed_values_and_gradients_alike(layers):
+    """Pass q + 1 computes its own positions against the cached keys and values of the passes before
+    (their graph kept): what the layer gives when it runs every pass's inputs side by side under
+    :func:`draft_ahead_mask`, and the gradients of a loss over all passes alike."""
+    _, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers)
+    head, size, passes = draft.head_module, TOKENS.shape[1], 3
+    torch.manual_seed(0)
+    embedded, previous = torch.randn(2, size, head.config.hidden_size), torch.randn(2, size, head.config.hidden_size)
+    cached = draft_passes(head, embedded, previous, passes)
+    torch.stack(cached).square().mean().backward()
+    grads = [p.grad.clone() for p in head.parameters() if p.grad is not None]
+    head.zero_grad()
+    inputs, side_by_side = [previous], []
+    for q in range(passes):  # every pass recomputed beside the ones before
+        both = head(embedded.repeat(1, q + 1, 1), torch.cat(inputs, 1), torch.arange(size).repeat(q + 1)[None],
+                    draft_ahead_mask(size, q + 1)[None, None])
+        side_by_side.append(both[:, q * size:])
+        inputs.append(F.pad(side_by_side[-1][:, :-1].detach(), (0, 0, 1, 0)))
+    torch.stack(side_by_side).square().mean().backward()
+    for a, b in zip(cached, side_by_side):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads, [p.grad for p in head.parameters() if p.grad is not None]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert len(grads) == sum(1 for _ in head.parameters()) - 1  # all but the output layer, which no loss here reads
+
+
 def test_the_first_pass_is_causal_and_each_query_sees_its_own_key():
     mask = draft_ahead_mask(4, 3)
     assert torch.equal(mask[:4, :4], torch.ones(4, 4).tril().bool()) and not mask[:4, 4:].any()

@@ -58,6 +58,9 @@ def train_draft(
     bucket: Annotated[int | None, typer.Option(help="The cross-entropy's top-k: the target's other tokens form one "
                                                     "bucket; 0: all of its law (--kind feature).",
                                                show_default="32")] = None,
+    precision: Annotated[str | None, typer.Option(help="'bfloat16': the head's decoder layers under bfloat16 "
+                                                       "autocast, the labels, output layer and losses float32 "
+                                                       "(--kind feature).", show_default="float32")] = None,
     fusion: Annotated[str | None, typer.Option(help="Fuse the target's residual streams after these layer counts "
                                                     "into the head's input, e.g. '3,15' (EAGLE-3); with --from, a "
                                                     "head without them grows the fusion, zero at first "
@@ -78,7 +81,7 @@ def train_draft(
             raise ValueError(f"--fusion: layer counts separated by commas, e.g. '3,15', got {fusion!r}") from None
     schedule = {k: v for k, v in dict(lr=lr, warmup=warmup, layers=layers, unroll=unroll, seed=seed,
                                       calibration=calibration, fusion=fusion,
-                                      regression=regression, bucket=bucket).items() if v is not None}
+                                      regression=regression, bucket=bucket, precision=precision).items() if v is not None}
     configs = {"feature": lambda: FeatureDraftConfig(steps=steps, **schedule),
                "llama": lambda: DraftConfig(steps=steps), "ngram": lambda: NGramConfig(order=order)}
     if kind not in configs:

@@ -154,16 +154,17 @@ class FeatureHead(nn.Module):
         return fused_features(kept, len(self.fusion), self.fuse, self.config.rms_norm_eps)
 
     def forward(self, embedded: torch.Tensor, features: torch.Tensor, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, cache: Any = None) -> torch.Tensor:
         """Teacher-forced features f^ [B, S, E] from token embeddings [B, S, E] and the features of
-        the previous positions [B, S, E] (row b, position j holds f_{j-1}); no cache. Causal over
-        positions 0..S-1 by default; training's later draft passes give each input its ``positions``
-        [1, S] and the attention ``mask`` [1, 1, S, S] (True: attend)."""
+        the previous positions [B, S, E] (row b, position j holds f_{j-1}). Causal over positions
+        0..S-1 by default; training's later draft passes give the inputs their ``positions`` [1, S],
+        a ``cache`` (a ``transformers`` Cache: the keys and values of the passes before, to which
+        this forward's are appended) and the attention ``mask`` [1, 1, S, keys] (True: attend)."""
         x = self.fc(torch.cat([embedded, features], -1))
         positions = torch.arange(x.shape[1])[None] if positions is None else positions
         angles = self.rotary(x, positions)
         for layer in self.layers:
-            x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=angles)
+            x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=angles, cache=cache)
         return self.norm(x)
 
     def save(self, folder: Path) -> None:

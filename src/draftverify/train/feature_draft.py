@@ -35,7 +35,10 @@ feeds token x_j with its own feature f^_{j-1} from the position before, and atte
 and values of positions up to j - p + 1 computed from the target's features (pass 1) and to those
 of the drafted positions between, each computed by its own pass. Pass p runs the layer over the
 inputs of passes 1..p side by side under :func:`draft_ahead_mask` (:func:`draft_passes`); the loss
-is the mean of the passes. After training, the pipeline fits the head's output temperature on
+is the mean of the passes. With ``precision`` "bfloat16" the head's layers (the fusion and the
+passes) run under bfloat16 autocast, weights and optimizer float32, the labels, the output layer
+and the losses float32: the layers' products cost a third of float32's where the CPU has
+AVX-512 BF16 (oneDNN). After training, the pipeline fits the head's output temperature on
 held-out prompts (``calibration``; :func:`.heldout.fit_temperature`). (Before 2026-11-27 pass 2 attended to its own pass at every position, harsher than
 decoding, where the earlier positions hold the target's features.)
 """
@@ -82,11 +85,14 @@ class FeatureDraftConfig:
     checkpoint_every: int = 25
     calibration: int = 32  # held-out chat prompts the output temperature is fitted on after training (0: none)
     fusion: tuple[int, ...] = ()  # the target's residual streams fused into the input features (EAGLE-3), by layer count
+    precision: str = "float32"  # "bfloat16": the head's layers under bfloat16 autocast (weights, labels, losses float32)
 
     def __post_init__(self) -> None:
         if min(self.vocab, self.layers, self.batch_size, self.steps, self.checkpoint_every, self.unroll) < 1 \
                 or not self.lr > 0:
             raise ValueError("vocab, layers, batch_size, steps, checkpoint_every, unroll and lr must be positive")
+        if self.precision not in ("float32", "bfloat16"):
+            raise ValueError(f"precision: float32 or bfloat16, got {self.precision!r}")
         if self.warmup < 0:
             raise ValueError(f"warmup: 0 steps (none) or more, got {self.warmup}")
         if not 0 <= self.regression < float("inf"):
@@ -243,21 +249,21 @@ def draft_ahead_mask(size: int, passes: int) -> torch.Tensor:
 def draft_passes(head: FeatureHead, embedded: torch.Tensor, previous: torch.Tensor, passes: int) -> list[torch.Tensor]:
     """The features f^ [B, S, E] of each of ``passes`` passes (module doc): pass 1 reads
     ``previous`` (f_{j-1} at position j), pass q + 1 reads pass q's features of the position before
-    (detached) and runs the layer over the inputs of passes 1..q + 1 side by side under
-    :func:`draft_ahead_mask`, so its position j is the draft's at j drafted q positions ahead."""
+    (detached) and attends to the keys and values of passes 1..q + 1 under :func:`draft_ahead_mask`,
+    so its position j is the draft's at j drafted q positions ahead. The passes before keep their
+    keys and values in a cache, their graph with them: no query of an earlier pass sees a later
+    pass's key, so a pass computes its own positions only (S queries, not (q + 1) S)."""
     if passes < 1:
         raise ValueError(f"passes must be at least 1, got {passes}")
-    size, inputs, out = embedded.shape[1], [previous], []
+    from transformers import DynamicCache
+
+    size, cache, out = embedded.shape[1], DynamicCache(), []
+    mask, positions, features = draft_ahead_mask(size, passes), torch.arange(size)[None], previous
     for q in range(passes):
-        if q == 0:
-            predicted = head(embedded, previous)  # [B, S, E]
-        else:
-            positions = torch.arange(size).repeat(q + 1)[None]  # [1, (q + 1) S]: pass after pass
-            both = head(embedded.repeat(1, q + 1, 1), torch.cat(inputs, 1), positions,
-                        draft_ahead_mask(size, q + 1)[None, None])  # [B, (q + 1) S, E]
-            predicted = both[:, q * size:]
+        seen = None if q == 0 else mask[q * size:(q + 1) * size, :(q + 1) * size][None, None]  # pass 1: causal
+        predicted = head(embedded, features, positions, seen, cache)  # [B, S, E]
         out.append(predicted)
-        inputs.append(F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0)))
+        features = F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0))
     return out
 
 
@@ -355,10 +361,12 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
         set_learning_rate(optimizer, config.lr, step, config.warmup, config.steps)
         features = kept[..., :width]  # [B, S, E]: the target's final features, what f^ regresses to
         target_probs = target_laws(output, features[where[:, 0], where[:, 1]], head.vocab)  # [N, N_vocab]
-        previous = F.pad(head.fused(kept)[:, :-1], (0, 0, 1, 0))  # [B, S, E]: g_{j-1} (f_{j-1} unfused), g_{-1} = 0
-        previous = previous + config.noise * scale * torch.randn_like(previous)
+        with torch.autocast("cpu", torch.bfloat16, enabled=config.precision == "bfloat16"):
+            previous = F.pad(head.fused(kept)[:, :-1], (0, 0, 1, 0))  # [B, S, E]: g_{j-1} (f_{j-1} unfused), g_{-1} = 0
+            previous = previous + config.noise * scale * torch.randn_like(previous)
+            passes = [predicted.float() for predicted in draft_passes(head, embedded, previous, config.unroll)]
         regression = cross_entropy = variation = 0.0
-        for predicted in draft_passes(head, embedded, previous, config.unroll):  # [B, S, E] each
+        for predicted in passes:  # [B, S, E] each
             losses = subset_losses(head.head(predicted[where[:, 0], where[:, 1]]), target_probs, config.bucket)
             regression = regression + F.smooth_l1_loss(predicted[valid], features[valid]) / config.unroll
             cross_entropy, variation = cross_entropy + losses[0] / config.unroll, variation + losses[1] / config.unroll
