@@ -248,10 +248,10 @@ def test_the_learning_rate_warms_up_linearly_then_falls_by_a_cosine_to_a_tenth()
     assert rates[0, 0] == pytest.approx(2.0) and rates[0, 50] == pytest.approx(1.1) and rates[0, 100] == pytest.approx(0.2)
 
 
-def test_the_feature_regression_weighs_in_the_loss_as_set(target_folder, tmp_path, monkeypatch):
-    """``regression`` scales the feature regression in the loss (EAGLE-3 drops it: 0): one step from
-    the same head on the same batch lands elsewhere for each weight; a weight < 0 or not finite is
-    refused."""
+def _one_step_each(target_folder, tmp_path, monkeypatch, **settings):
+    """For each of ``settings`` (a name: the FeatureDraftConfig fields it sets), one training step of
+    a new feature head on labelled answers, the same head, batch and noise: (logged figures, how far
+    ``fc`` moved) by name."""
     from draftverify.train import draft_pipeline
     from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
 
@@ -261,16 +261,25 @@ def test_the_feature_regression_weighs_in_the_loss_as_set(target_folder, tmp_pat
                 teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
     target = TransformersModel.from_pretrained(target_folder)
     rows = load_feature_rows(tmp_path / "work" / "teacher")
-    trained = {}
-    for weight in (0.0, 1.0, 100.0):
-        config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-2, warmup=0, calibration=0,
-                                    regression=weight)
+    done = {}
+    for name, fields in settings.items():
+        config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-3, warmup=0, unroll=2,
+                                    calibration=0, **fields)
         head = new_head(target.model, rows, config)
+        before = head.fc.weight.detach().clone()
         torch.manual_seed(0)  # the same noise
-        figures = train_feature_head(head, target.model, rows, config, tmp_path / f"w{weight}", log=lambda _: None)
-        assert figures["regression"] > 0  # logged whatever its weight
-        trained[weight] = head.fc.weight.detach().clone()
-    assert not torch.equal(trained[0.0], trained[1.0]) and not torch.equal(trained[1.0], trained[100.0])
+        figures = train_feature_head(head, target.model, rows, config, tmp_path / name, log=lambda _: None)
+        done[name] = figures, head.fc.weight.detach() - before
+    return done
+
+
+def test_the_feature_regression_weighs_in_the_loss_as_set(target_folder, tmp_path, monkeypatch):
+    """``regression`` scales the feature regression in the loss (EAGLE-3 drops it: 0): one step from
+    the same head on the same batch lands elsewhere for each weight, the regression logged whatever
+    its weight; a weight < 0 or not finite is refused."""
+    done = _one_step_each(target_folder, tmp_path, monkeypatch, **{f"w{w}": {"regression": w} for w in (0.0, 1.0, 100.0)})
+    assert all(figures["regression"] > 0 for figures, _ in done.values())
+    assert not torch.equal(done["w0.0"][1], done["w1.0"][1]) and not torch.equal(done["w1.0"][1], done["w100.0"][1])
     for bad in (-0.5, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="regression: a finite weight >= 0"):
             FeatureDraftConfig(regression=bad)
@@ -283,29 +292,12 @@ def test_a_bfloat16_step_computes_the_float32_losses_to_bfloat16_precision(targe
     the losses stay float32): one step from the same head on the same batch logs the float32 step's
     losses to within bfloat16's rounding, though not to the bit (autocast ran), and moves the
     weights alike."""
-    from draftverify.train import draft_pipeline
-    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
-
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
-    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
-                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
-    target = TransformersModel.from_pretrained(target_folder)
-    rows = load_feature_rows(tmp_path / "work" / "teacher")
-    figures, moved = {}, {}
-    for precision in ("float32", "bfloat16"):
-        config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-3, warmup=0, unroll=2,
-                                    calibration=0, precision=precision)
-        head = new_head(target.model, rows, config)
-        before = head.fc.weight.detach().clone()
-        torch.manual_seed(0)
-        figures[precision] = train_feature_head(head, target.model, rows, config, tmp_path / precision,
-                                                log=lambda _: None)
-        moved[precision] = head.fc.weight.detach() - before
+    done = _one_step_each(target_folder, tmp_path, monkeypatch, float32={}, bfloat16={"precision": "bfloat16"})
+    (full, moved_full), (half, moved_half) = done["float32"], done["bfloat16"]
     for key in ("regression", "cross_entropy", "acceptance"):
-        assert figures["bfloat16"][key] == pytest.approx(figures["float32"][key], rel=2e-2)
-    assert figures["bfloat16"]["cross_entropy"] != figures["float32"]["cross_entropy"]
-    assert F.cosine_similarity(moved["bfloat16"].flatten(), moved["float32"].flatten(), 0) > 0.9
+        assert half[key] == pytest.approx(full[key], rel=2e-2)
+    assert half["cross_entropy"] != full["cross_entropy"]
+    assert F.cosine_similarity(moved_half.flatten(), moved_full.flatten(), 0) > 0.9
     with pytest.raises(ValueError, match="precision: float32 or bfloat16"):
         FeatureDraftConfig(precision="float16")
 
