@@ -17,30 +17,33 @@ target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, a f
     w smooth_l1(f^_j, f_j)  (every position)  +  cross-entropy + total variation  (answer positions),
 
 w the ``regression`` weight (EAGLE-3, Li et al. 2025, section 3, drops the regression, w = 0, so
-that the draft's features need not be the target's), the last two against the target's exact law
-at each answer position over the draft's token subset (:func:`.draft.subset_losses`): the target's
-output layer applied to its stored features, all of the vocabulary, then the subset's columns. The total variation is the exact one (1 - acceptance);
-the cross-entropy merges the target's tokens past its ``bucket`` most probable into one bucket, as
-the labels of earlier stages did: over all of the law (``bucket`` 0) it pulls the draft's mass
-towards the target's long tail at the expense of its most probable tokens (a pilot, 325 steps from
-stage 15: +0.015 of acceptance past the top 32, -0.025 within it, held out). (Before 2026-11-28
-both losses read the teacher's stored top-k with the rest as one bucket (:func:`.draft.bucket_losses`),
-which does not say how the draft should spread that rest: 13% of the target's mass lies past its top
-32 at the answer positions of the card's held-out set, where the shipped stage-15 draft's bucketed
-acceptance read 0.699 and its acceptance 0.632, 0.048 of it past the top 32 against 0.115 bucketed.)
+that the draft's features need not be the target's; 300 steps from stage 16 held out 0.6329 with w =
+0, 0.6326 with w = 1), the last two against the target's exact law at each answer position over the
+draft's token subset (:func:`.draft.subset_losses`): the target's output layer applied to its stored
+features, all of the vocabulary, then the subset's columns. The total variation is the exact one (1
+- acceptance); the cross-entropy merges the target's tokens past its ``bucket`` most probable into
+one bucket, as the labels of earlier stages did: over all of the law (``bucket`` 0) it pulls the
+draft's mass towards the target's long tail at the expense of its most probable tokens (a pilot, 325
+steps from stage 15: +0.015 of acceptance past the top 32, -0.025 within it, held out). (Before
+2026-11-28 both losses read the teacher's stored top-k with the rest as one bucket
+(:func:`.draft.bucket_losses`), which does not say how the draft should spread that rest: 13% of the
+target's mass lies past its top 32 at the answer positions of the card's held-out set, where the
+shipped stage-15 draft's bucketed acceptance read 0.699 and its acceptance 0.632, 0.048 of it past
+the top 32 against 0.115 bucketed.)
 
 With ``unroll`` = P > 1, passes 2..P train the drafted positions after the first, as decoding runs
 them (EAGLE-3's training-time test, Li et al. 2025, section 3.3): at drafted position p the draft
-feeds token x_j with its own feature f^_{j-1} from the position before, and attends to the keys
-and values of positions up to j - p + 1 computed from the target's features (pass 1) and to those
-of the drafted positions between, each computed by its own pass. Pass p runs the layer over the
-inputs of passes 1..p side by side under :func:`draft_ahead_mask` (:func:`draft_passes`); the loss
-is the mean of the passes. With ``precision`` "bfloat16" the head's layers (the fusion and the
-passes) run under bfloat16 autocast, weights and optimizer float32, the labels, the output layer
-and the losses float32: the layers' products cost a third of float32's where the CPU has
-AVX-512 BF16 (oneDNN). After training, the pipeline fits the head's output temperature on
-held-out prompts (``calibration``; :func:`.heldout.fit_temperature`). (Before 2026-11-27 pass 2 attended to its own pass at every position, harsher than
-decoding, where the earlier positions hold the target's features.)
+feeds token x_j with its own feature f^_{j-1} from the position before, and attends to the keys and
+values of positions up to j - p + 1 computed from the target's features (pass 1) and to those of the
+drafted positions between, each computed by its own pass. Pass p attends to the keys and values of
+passes 1..p under :func:`draft_ahead_mask`, those of the passes before kept from their own forwards
+(:func:`draft_passes`); the loss is the mean of the passes. With ``precision`` "bfloat16" the head's
+layers (the fusion and the passes) run under bfloat16 autocast, weights and optimizer float32, the
+labels, the output layer and the losses float32 (a [1280, 576] x [576, 8192] product: 0.38 of
+float32's time on a CPU with AVX-512 BF16). After training, the pipeline fits the head's output
+temperature on held-out prompts (``calibration``; :func:`.heldout.fit_temperature`). (Before
+2026-11-27 pass 2 attended to its own pass at every position, harsher than decoding, where the
+earlier positions hold the target's features.)
 """
 
 from __future__ import annotations
