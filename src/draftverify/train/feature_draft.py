@@ -16,12 +16,12 @@ target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, a f
 
     w smooth_l1(f^_j, f_j)  (every position)  +  cross-entropy + total variation  (answer positions),
 
-w the ``regression`` weight (EAGLE-3, Li et al. 2025, section 3, drops the regression, w = 0, so
-that the draft's features need not be the target's; 300 steps from stage 16 held out 0.6329 with w =
-0, 0.6326 with w = 1), the last two against the target's exact law at each answer position over the
+w the ``regression`` weight (EAGLE-3, Li et al. 2025, section 3, drops the regression, w = 0, so that
+the draft's features need not be the target's; 300 steps from stage 16 held out 0.6329 with w = 0,
+0.6326 with w = 1), the last two against the target's exact law at each answer position over the
 draft's token subset (:func:`.draft.subset_losses`): the target's output layer applied to its stored
-features, all of the vocabulary, then the subset's columns. The total variation is the exact one (1
-- acceptance); the cross-entropy merges the target's tokens past its ``bucket`` most probable into
+features, all of the vocabulary, then the subset's columns. The total variation is the exact one
+(1 - acceptance); the cross-entropy merges the target's tokens past its ``bucket`` most probable into
 one bucket, as the labels of earlier stages did: over all of the law (``bucket`` 0) it pulls the
 draft's mass towards the target's long tail at the expense of its most probable tokens (a pilot, 325
 steps from stage 15: +0.015 of acceptance past the top 32, -0.025 within it, held out). (Before
