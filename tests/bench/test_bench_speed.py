@@ -206,3 +206,37 @@ def test_batch_rounds_must_be_positive():
 def _result(seconds: float, first: float) -> SimpleNamespace:
     step = SimpleNamespace(committed=1, draft_seconds=0.0, target_seconds=first, verify_seconds=0.0)
     return SimpleNamespace(tokens=[0] * 5, seconds=seconds, steps=[step])
+
+
+def test_vs_ar_carries_a_bootstrap_interval_over_the_prompts():
+    from draftverify.bench import speed
+
+    settings = speed.SpeedSettings(num_prompts=3, max_new_tokens=4, draft_length=2, multi=0, batch=0, tiny=True)
+    totals: dict = {}
+
+    def ours(name: str, seconds: float, calls: int) -> None:  # a run of ours, its first step a tenth of it
+        speed._add(totals, name, tokens=4, seconds=seconds, target_calls=calls, target_seconds=seconds, first_tokens=1,
+                   first_seconds=seconds / 10, first_target_calls=1, first_target_seconds=seconds / 10,
+                   draft_calls=calls, draft_seconds=0.0, first_draft_calls=1, first_draft_seconds=0.0, accepted=calls,
+                   rejections=1, steps=calls, verify_seconds=0.0, first_verify_seconds=0.0, runs=1)
+
+    for ar_seconds, sd_seconds, generate_seconds in ((1.0, 0.5, 2.0), (2.0, 1.0, 4.0), (1.5, 0.75, 3.0)):
+        ours("ar", ar_seconds, 4)
+        ours("sd", sd_seconds, 2)
+        speed._add(totals, "hf-assisted", tokens=4, seconds=generate_seconds, target_calls=2, target_seconds=1.0)
+        speed._add(totals, "hf-generate", tokens=4, seconds=generate_seconds, target_calls=4, target_seconds=1.0)
+    report = speed._report(totals, settings, None)
+    rows = {r["method"]: r for r in report["methods"]}
+    # sd twice as fast as ar on every prompt: every resample says 2
+    assert rows["sd"]["vs_ar"] == 2.0 and rows["sd"]["vs_ar_interval"] == pytest.approx([2.0, 2.0])
+    assert report["goals"]["best_exact_vs_ar_interval"] == rows["sd"]["vs_ar_interval"]
+    assert "95% 2.00-2.00 over the prompts" in speed._tables(dict(report, llama_cpp="left out"), 0)
+    # prompts that disagree widen it around the pooled figure; one prompt gives none
+    ours("ar", 1.0, 4)
+    ours("sd", 2.0, 2)
+    low, high = speed._vs_ar_interval(totals["sd"], totals["ar"])
+    assert low < (4 * 4 / 6.25) / (4 * 4 / 5.5) < high
+    one: dict = {}
+    speed._add(one, "ar", tokens=4, seconds=1.0)
+    speed._add(one, "sd", tokens=4, seconds=0.5)
+    assert speed._vs_ar_interval(one["sd"], one["ar"]) is None

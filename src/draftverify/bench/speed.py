@@ -14,7 +14,10 @@ GGUF file, when ``llama-cpp-python`` is installed (:mod:`.llama_cpp`; timed as `
 
 Decode tokens/s: the same runs without their first step (the prompt's prefill and the first
 token; llama.cpp: without the time to its first token), the rate of steady decoding that drafting
-changes; ``tokens/s`` is end to end, the prefill included, and the goals read it.
+changes; ``tokens/s`` is end to end, the prefill included, and the goals read it. ``vs ar 95%``:
+the 95% bootstrap interval of ``vs ar`` over the prompts (:func:`~.metrics.bootstrap_ratio`, each
+prompt's runs resampled with ``ar``'s on it): how far another set of prompts, or other draws on
+these, may move the figure.
 
 Engine efficiency: measured tokens/s over the ideal tokens/s of a loop that spends no time outside
 the model calls, seed 002's expected speedup with the measured costs: block efficiency b (tokens per
@@ -60,6 +63,7 @@ from ..verify import verifiers
 from ..verify.acceptance import pooled_acceptance
 from .compare import run_spec, run_spec_batch
 from .llama_cpp import LlamaCpp, available as llama_cpp_available
+from .metrics import bootstrap_ratio
 from .models import ModelSettings, load_models
 from .output import command_line, emit_json
 from .progress import track
@@ -340,12 +344,14 @@ def _llama_cpp(args: SpeedSettings, prompts: list[list[int]]) -> tuple[LlamaCpp 
 def _tables(report: dict[str, Any], batch: int) -> str:
     """The console tables of a report (methods, ms per step, batch rows) and the goals line."""
     columns = [("method", "method", "s"), ("tokens_per_second", "tokens/s", ".1f"), ("vs_ar", "vs ar", ".2f"),
+               ("vs_ar_95", "vs ar 95%", "s"),
                ("decode_tokens_per_second", "decode tokens/s", ".1f"), ("decode_vs_ar", "decode vs ar", ".2f"),
                ("acceptance", "acceptance", ".2f"), ("tokens_per_target_call", "tokens/target call", ".2f"),
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
                ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
                ("tokens", "tokens", "d")]
-    parts = [f"our target's weights: {report['settings'].get('weight_format')}", table_of(report["methods"], columns, markdown=False),
+    methods = [dict(r, vs_ar_95=_interval(r["vs_ar_interval"])) for r in report["methods"]]
+    parts = [f"our target's weights: {report['settings'].get('weight_format')}", table_of(methods, columns, markdown=False),
              "\nmean ms per step",
              table_of([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
                       [("method", "method", "s")] + [(k, k, ".2f") for k in ("draft", "target", "verify", "other",
@@ -360,7 +366,9 @@ def _tables(report: dict[str, Any], batch: int) -> str:
                                                  ("each_round", "each round", "s")],
                                     markdown=False)]
     goals = report["goals"]
-    parts.append(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar (goal 2.0), "
+    interval = goals.get("best_exact_vs_ar_interval")
+    spread = "" if interval is None else f", 95% {interval[0]:.2f}-{interval[1]:.2f} over the prompts"
+    parts.append(f"\nbest exact method {goals['best_exact_method']}: {goals['best_exact_vs_ar']:.2f}x ar{spread} (goal 2.0), "
                  f"engine efficiency {goals['engine_efficiency']:.3f} (goal 0.95); sd {goals['sd_vs_assisted']:.2f}x "
                  f"transformers assisted generation (goal 2.0); ar {goals['ar_vs_generate']:.2f}x transformers "
                  f"generate (goal 1.5)" + (f"; batch of {batch}: ar {goals['ar_batch_vs_single']:.2f}x, sd "
@@ -373,14 +381,32 @@ def _tables(report: dict[str, Any], batch: int) -> str:
     return "\n".join(parts)
 
 
+def _interval(interval: list[float] | None) -> str:
+    return "-" if interval is None else f"{interval[0]:.2f}-{interval[1]:.2f}"
+
+
 def _times(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def _add(totals: dict, name: str, **values: float) -> None:
+    """Sum one run's ``values`` into ``name``'s totals, and keep its (tokens, seconds) as a unit of
+    the intervals (:func:`_vs_ar_interval`)."""
     bucket = totals.setdefault(name, {})
+    bucket.setdefault("units", []).append((values["tokens"], values["seconds"]))
     for key, value in values.items():
         bucket[key] = bucket.get(key, 0) + value
+
+
+def _vs_ar_interval(t: dict, ar: dict) -> list[float] | None:
+    """The 95% bootstrap interval of a method's tokens/s over ``ar``'s, prompts resampled in pairs
+    (:func:`~.metrics.bootstrap_ratio`); None with fewer than two prompts or no units recorded."""
+    units, ar_units = t.get("units", []), ar.get("units", [])
+    if len(units) < 2 or len(units) != len(ar_units):
+        return None
+    (tokens, seconds), (ar_tokens, ar_seconds) = zip(*units), zip(*ar_units)
+    interval = bootstrap_ratio(tokens, seconds, baseline=(ar_tokens, ar_seconds))
+    return [interval.low, interval.high]
 
 
 def _per_call(t: dict, kind: str) -> float:
@@ -416,7 +442,8 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
             (t["tokens"] - t["first_tokens"]) / (t["seconds"] - t["first_seconds"])
         if "target_calls" not in t:  # llama.cpp: tokens and seconds only
             rows.append(dict(method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3),
-                             tokens_per_second=speed, vs_ar=speed / ar_speed, decode_tokens_per_second=decode,
+                             tokens_per_second=speed, vs_ar=speed / ar_speed, vs_ar_interval=_vs_ar_interval(t, ar),
+                             decode_tokens_per_second=decode,
                              decode_vs_ar=decode / ar_decode))
             continue
         per_call = t["tokens"] / t["target_calls"]
@@ -435,7 +462,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         steps = t.get("steps")
         rows.append(dict(
             method=name, tokens=int(t["tokens"]), seconds=round(t["seconds"], 3), tokens_per_second=speed,
-            vs_ar=speed / ar_speed, decode_tokens_per_second=decode,
+            vs_ar=speed / ar_speed, vs_ar_interval=_vs_ar_interval(t, ar), decode_tokens_per_second=decode,
             decode_vs_ar=None if decode is None else decode / ar_decode, acceptance=acceptance, tokens_per_target_call=per_call,
             cost_ratio=cost, target_call_ratio=call_ratio, predicted_vs_ar=predicted,
             engine_efficiency=model_seconds / t["seconds"],
@@ -453,6 +480,7 @@ def _report(totals: dict, args: SpeedSettings, target) -> dict[str, Any]:
         target_seconds_per_call_ar=target_call,
         methods=rows,
         goals=dict(best_exact_method=best["method"], best_exact_vs_ar=best["vs_ar"],
+                   best_exact_vs_ar_interval=best["vs_ar_interval"],
                    engine_efficiency=best["engine_efficiency"], sd_vs_assisted=speed.get("sd@assistant", speed["sd"]) / speed[ASSISTED],
                    ar_vs_generate=speed[AR] / speed[GENERATE], **anchor),
     )
