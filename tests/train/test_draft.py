@@ -105,6 +105,35 @@ def test_labelling_keeps_the_features_of_every_position(target_folder, tmp_path)
                                    atol=1e-3, rtol=1e-2)
 
 
+def test_the_labels_from_stored_normalizers_are_the_targets_law_on_the_subset(target_folder, tmp_path):
+    """``extract_normalizers`` stores, per answer position, the log of the target's softmax
+    denominator over its stored features; the labels from the subset's logits and it equal the
+    labels from the whole output layer to float32 rounding (a normalizer off by 0.01 is not), each
+    shard is done once, and a shard without them is an error."""
+    from draftverify.train.feature_draft import extract_normalizers, load_feature_rows, load_normalizers, target_laws
+    from draftverify.train.teacher import label_shards
+
+    target = TransformersModel.from_pretrained(target_folder)
+    teacher = TeacherConfig(batch_size=3, max_new_tokens=7, top_k=4, prompts_per_shard=3)
+    assert label_shards(target, ["def add(a, b):", "x", "import os", "y = 2", "for", "z"], tmp_path, teacher,
+                        log=lambda _: None, features=True) == 2
+    with pytest.raises(FileNotFoundError, match="normalizers"):
+        load_normalizers(tmp_path)
+    assert extract_normalizers(target.model, tmp_path, log=lambda _: None) == 2
+    assert extract_normalizers(target.model, tmp_path, log=lambda _: None) == 0  # done once
+    rows, normalizers = load_feature_rows(tmp_path), load_normalizers(tmp_path)
+    assert len(normalizers) == len(rows) == 6
+    output, subset = target.model.get_output_embeddings(), torch.tensor([1, 4, 5, 9, 20])
+    for (tokens, start, ids, _, features), stored in zip(rows, normalizers):
+        assert stored.shape == (len(ids),) and stored.dtype == np.float32
+        answer = torch.from_numpy(features[start - 1: start - 1 + len(ids)].astype(np.float32))
+        whole = target_laws(output, answer, subset)
+        torch.testing.assert_close(target_laws(output, answer, subset, torch.from_numpy(stored)), whole,
+                                   atol=1e-6, rtol=1e-5)
+        off = target_laws(output, answer, subset, torch.from_numpy(stored) + 0.01)
+        assert not torch.allclose(off, whole, atol=1e-6, rtol=1e-5)
+
+
 def test_labelling_keeps_the_streams_a_fused_draft_reads_from_its_own_forwards(target_folder, tmp_path):
     """With ``streams`` the answers' and the source windows' shards get ``fusion-NNNNN.npy`` from the
     labelling's forwards: the target's residual streams (a truncated transformers pass) at every
@@ -285,6 +314,42 @@ def test_the_feature_regression_weighs_in_the_loss_as_set(target_folder, tmp_pat
             FeatureDraftConfig(regression=bad)
     with pytest.raises(ValueError, match="warmup"):
         FeatureDraftConfig(warmup=-1)
+
+
+def test_a_step_on_stored_normalizers_is_the_step_on_the_whole_output_layer(target_folder, tmp_path, monkeypatch):
+    """The pipeline stores each shard's normalizers; one training step with them logs the losses of
+    the step that computes the whole output layer and moves the weights alike, to float32 rounding;
+    normalizers that do not match the rows are refused."""
+    from draftverify.train import draft_pipeline
+    from draftverify.train.feature_draft import load_feature_rows, load_normalizers, new_head, train_feature_head
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
+                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    shards = tmp_path / "work" / "teacher"
+    assert (shards / "normalizers-00000.npy").exists()
+    target = TransformersModel.from_pretrained(target_folder)
+    rows, normalizers = load_feature_rows(shards), load_normalizers(shards)
+    config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-3, warmup=0, unroll=2, calibration=0)
+    done = []
+    shifted = [n + 0.5 for n in normalizers]  # read, not ignored: labels scaled by exp(-0.5) move the losses
+    for name, given in (("whole", None), ("stored", normalizers), ("shifted", shifted)):
+        head = new_head(target.model, rows, config)
+        before = head.fc.weight.detach().clone()
+        torch.manual_seed(0)  # the same noise
+        figures = train_feature_head(head, target.model, rows, config, tmp_path / name, log=lambda _: None,
+                                     normalizers=given)
+        done.append((figures, head.fc.weight.detach() - before))
+    (whole, moved_whole), (stored, moved_stored), (wrong, _) = done
+    for key in ("regression", "cross_entropy", "acceptance"):
+        assert stored[key] == pytest.approx(whole[key], rel=1e-5)
+    assert wrong["acceptance"] != pytest.approx(whole["acceptance"], rel=1e-3)
+    torch.testing.assert_close(moved_stored, moved_whole, atol=1e-6, rtol=1e-4)
+    head = new_head(target.model, rows, config)
+    for bad in (normalizers[:-1], [n[:-1] for n in normalizers]):
+        with pytest.raises(ValueError, match="normalizers: one per row"):
+            train_feature_head(head, target.model, rows, config, tmp_path / "bad", log=lambda _: None, normalizers=bad)
 
 
 def test_a_bfloat16_step_computes_the_float32_losses_to_bfloat16_precision(target_folder, tmp_path, monkeypatch):

@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 
 from .draft import DraftConfig, distill_draft, draft_model, load_shards
-from .feature_draft import (FeatureDraftConfig, deepen, extract_features, extract_fusion, load_feature_rows, new_head,
-                            train_feature_head, with_fusion)
+from .feature_draft import (FeatureDraftConfig, deepen, extract_features, extract_fusion, extract_normalizers,
+                            load_feature_rows, load_normalizers, new_head, train_feature_head, with_fusion)
 from .ngram import NGramConfig, answer_counts, exact_acceptance, topk_acceptance, train_ngram
 from .teacher import TeacherConfig, chat_prompts, label_shards, label_source_shards, prompt_root, source_windows
 
@@ -89,8 +89,10 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
             extract_features(target.model, folder, log=log)  # shards labelled without features (older runs)
             if draft.fusion:
                 extract_fusion(target.model, folder, draft.fusion, log=log)
-        rows = [row for folder in folders if any(folder.glob("features-*.npy"))
-                for row in load_feature_rows(folder, draft.fusion)]
+            extract_normalizers(target.model, folder, log=log)  # once per shard: the labels from the subset's logits
+        featured = [folder for folder in folders if any(folder.glob("features-*.npy"))]
+        rows = [row for folder in featured for row in load_feature_rows(folder, draft.fusion)]
+        normalizers = [n for folder in featured for n in load_normalizers(folder)]
         if not rows:
             raise FileNotFoundError(f"{', '.join(map(str, folders))}: no teacher shards (label some: label_minutes)")
         model = new_head(target.model, rows, draft) if start is None else FeatureHead.load(start)
@@ -103,7 +105,8 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                 raise ValueError(f"start: it fuses the target's streams after layers {model.fusion}, the settings ask "
                                  f"for {draft.fusion or 'none'}")
             model = with_fusion(deepen(model, draft.layers, draft.seed), draft.fusion)  # new parts start as no-ops
-        figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline)
+        figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline,
+                                     normalizers=normalizers)
         calibration = _calibrate(target, model, draft.calibration, log) if draft.calibration else None
         model.save(output)
     else:
