@@ -24,7 +24,7 @@ features, all of the vocabulary, then the subset's columns; or, with each answer
 normalizer computed once per shard (``normalizers-NNNNN.npy``, :func:`extract_normalizers`), the
 subset's columns alone, the same law to float32 rounding (on stages 13-15's shards, two threads:
 1.71-1.87 s a step against 2.17-2.35, the same logged losses to 5e-5; the extraction costs 2 s a
-shard of 32 answers, paid back after about 150 steps a shard). The total variation is the exact one
+shard of 32 answers, 17 minutes for those 493 shards, paid back after about 2,300 steps). The total variation is the exact one
 (1 - acceptance); the cross-entropy merges the target's tokens past its ``bucket`` most probable into
 one bucket, as the labels of earlier stages did: over all of the law (``bucket`` 0) it pulls the
 draft's mass towards the target's long tail at the expense of its most probable tokens (a pilot, 325
