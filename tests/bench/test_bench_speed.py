@@ -231,12 +231,18 @@ def test_vs_ar_carries_a_bootstrap_interval_over_the_prompts():
     assert rows["sd"]["vs_ar"] == 2.0 and rows["sd"]["vs_ar_interval"] == pytest.approx([2.0, 2.0])
     assert report["goals"]["best_exact_vs_ar_interval"] == rows["sd"]["vs_ar_interval"]
     assert "95% 2.00-2.00 over the prompts" in speed._tables(dict(report, llama_cpp="left out"), 0)
-    # prompts that disagree widen it around the pooled figure; one prompt gives none
+    # a prompt where sd is slower widens it around the pooled figure, 5.5 / 4.25 s; one prompt gives none
     ours("ar", 1.0, 4)
     ours("sd", 2.0, 2)
-    low, high = speed._vs_ar_interval(totals["sd"], totals["ar"])
-    assert low < (4 * 4 / 6.25) / (4 * 4 / 5.5) < high
+    for name in ("hf-assisted", "hf-generate"):
+        speed._add(totals, name, tokens=4, seconds=2.0, target_calls=2, target_seconds=1.0)
+    pooled = {r["method"]: r for r in speed._report(totals, settings, None)["methods"]}["sd"]
+    assert pooled["vs_ar"] == pytest.approx(5.5 / 4.25)
+    low, high = pooled["vs_ar_interval"]
+    assert low < 1.0 < 5.5 / 4.25 < high <= 2.0
     one: dict = {}
     speed._add(one, "ar", tokens=4, seconds=1.0)
     speed._add(one, "sd", tokens=4, seconds=0.5)
     assert speed._vs_ar_interval(one["sd"], one["ar"]) is None
+    with pytest.raises(ValueError, match="units: 1 prompts against ar's 4"):
+        speed._vs_ar_interval(one["sd"], totals["ar"])

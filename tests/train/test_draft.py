@@ -132,6 +132,9 @@ def test_the_labels_from_stored_normalizers_are_the_targets_law_on_the_subset(ta
                                    atol=1e-6, rtol=1e-5)
         off = target_laws(output, answer, subset, torch.from_numpy(stored) + 0.01)
         assert not torch.allclose(off, whole, atol=1e-6, rtol=1e-5)
+    np.save(tmp_path / "normalizers-00001.npy", np.zeros((3, 2), dtype=np.float32))  # not its shard's shape
+    with pytest.raises(ValueError, match="normalizers-00001.npy: normalizers .* delete it"):
+        load_normalizers(tmp_path)
 
 
 def test_labelling_keeps_the_streams_a_fused_draft_reads_from_its_own_forwards(target_folder, tmp_path):

@@ -350,7 +350,7 @@ def _tables(report: dict[str, Any], batch: int) -> str:
                ("cost_ratio", "draft/target cost", ".3f"), ("target_call_ratio", "target call cost", ".2f"),
                ("predicted_vs_ar", "predicted vs ar", ".2f"), ("engine_efficiency", "efficiency", ".3f"),
                ("tokens", "tokens", "d")]
-    methods = [dict(r, vs_ar_95=_interval(r["vs_ar_interval"])) for r in report["methods"]]
+    methods = [dict(r, vs_ar_95=_interval(r.get("vs_ar_interval"))) for r in report["methods"]]
     parts = [f"our target's weights: {report['settings'].get('weight_format')}", table_of(methods, columns, markdown=False),
              "\nmean ms per step",
              table_of([dict(method=r["method"], **r["step_ms"]) for r in report["methods"] if r.get("step_ms")],
@@ -400,9 +400,11 @@ def _add(totals: dict, name: str, **values: float) -> None:
 
 def _vs_ar_interval(t: dict, ar: dict) -> list[float] | None:
     """The 95% bootstrap interval of a method's tokens/s over ``ar``'s, prompts resampled in pairs
-    (:func:`~.metrics.bootstrap_ratio`); None with fewer than two prompts or no units recorded."""
+    (:func:`~.metrics.bootstrap_ratio`); None with fewer than two prompts recorded (:func:`_add`)."""
     units, ar_units = t.get("units", []), ar.get("units", [])
-    if len(units) < 2 or len(units) != len(ar_units):
+    if len(units) != len(ar_units):
+        raise ValueError(f"units: {len(units)} prompts against ar's {len(ar_units)}; the interval pairs them")
+    if len(units) < 2:
         return None
     (tokens, seconds), (ar_tokens, ar_seconds) = zip(*units), zip(*ar_units)
     interval = bootstrap_ratio(tokens, seconds, baseline=(ar_tokens, ar_seconds))

@@ -46,7 +46,10 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
     ``start`` (its token subset kept; decoder layers added up to ``draft.layers``, each starting as
     the identity: :func:`.feature_draft.deepen`; with ``draft.fusion`` a head that fuses no streams
     grows the fusion, zero at first: :func:`.feature_draft.with_fusion`, the streams computed once per
-    shard by :func:`.feature_draft.extract_fusion` where the labelling did not keep them). The prompts
+    shard by :func:`.feature_draft.extract_fusion` where the labelling did not keep them; the labels'
+    softmax normalizers, once per shard, by :func:`.feature_draft.extract_normalizers`, written beside
+    the shards of every folder, ``extra_shards`` included). ``train_minutes`` counts from the first
+    training step, after those extractions. The prompts
     are ``chat_prompts("train", seed=teacher.seed, root=prompt_root(teacher.prompts))``;
     a feature draft also trains on ``workdir/source``, plain source windows labelled teacher-forced
     for ``source_minutes`` after the answers (:func:`.teacher.label_source_shards` over
@@ -81,7 +84,6 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
         log(f"source: {shards} new shards in {time.time() - began:.0f} s")
     if isinstance(draft, NGramConfig):
         return _count_ngrams(target, (workdir / "teacher", *extra_shards), heldout, output, teacher, draft, log)
-    deadline = time.time() + train_minutes * 60
     if isinstance(draft, FeatureDraftConfig):
         source = (workdir / "source",) if (workdir / "source").is_dir() else ()
         folders = (workdir / "teacher", *source, *extra_shards)
@@ -105,14 +107,14 @@ def train_draft(target_folder: Path, workdir: Path, output: Path, *, label_minut
                 raise ValueError(f"start: it fuses the target's streams after layers {model.fusion}, the settings ask "
                                  f"for {draft.fusion or 'none'}")
             model = with_fusion(deepen(model, draft.layers, draft.seed), draft.fusion)  # new parts start as no-ops
-        figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log, deadline=deadline,
-                                     normalizers=normalizers)
+        figures = train_feature_head(model, target.model, rows, draft, workdir / "draft", log=log,
+                                     deadline=time.time() + train_minutes * 60, normalizers=normalizers)
         calibration = _calibrate(target, model, draft.calibration, log) if draft.calibration else None
         model.save(output)
     else:
         rows = load_shards(workdir / "teacher")
         model = draft_model(target.model, draft)
-        figures = distill_draft(model, rows, draft, workdir / "draft", log=log, deadline=deadline)
+        figures = distill_draft(model, rows, draft, workdir / "draft", log=log, deadline=time.time() + train_minutes * 60)
         output.mkdir(parents=True, exist_ok=True)
         model.to(torch.float16).save_pretrained(output)
     record = {

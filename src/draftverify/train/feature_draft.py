@@ -7,7 +7,9 @@ own forwards (:func:`.teacher.label_shards` with ``features``), or for shards la
 computed once per shard (:func:`extract_features`, a second pass over the text). A fused head
 (``fusion``) also reads the target's residual streams after those layers, ``fusion-NNNNN.npy``
 [n, S, n_streams E] float16, computed once per shard (:func:`extract_fusion`, a forward that stops
-after the last layer it needs), the folder's ``fusion.json`` naming the layers.
+after the last layer it needs), the folder's ``fusion.json`` naming the layers. The labels' softmax
+normalizers, ``normalizers-NNNNN.npy`` [n, A] float32, are computed once per shard from the
+features (:func:`extract_normalizers`).
 
 Loss (EAGLE, Li et al. 2024, section 4: feature regression plus the token loss): with f the
 target's features, f^ the draft's (teacher-forced: position j reads f_{j-1}, a fused head g_{j-1}
@@ -23,8 +25,9 @@ draft's token subset (:func:`.draft.subset_losses`): the target's output layer a
 features, all of the vocabulary, then the subset's columns; or, with each answer position's softmax
 normalizer computed once per shard (``normalizers-NNNNN.npy``, :func:`extract_normalizers`), the
 subset's columns alone, the same law to float32 rounding (on stages 13-15's shards, two threads:
-1.71-1.87 s a step against 2.17-2.35, the same logged losses to 5e-5; the extraction costs 2 s a
-shard of 32 answers, 17 minutes for those 493 shards, paid back after about 2,300 steps). The total variation is the exact one
+1.71-1.87 s a step against 2.17-2.35, the same logged losses to 5e-5; the extraction costs 2 s
+a shard of 32 answers, 17 minutes for those 493 shards, paid back after about 2,200 steps). The
+total variation is the exact one
 (1 - acceptance); the cross-entropy merges the target's tokens past its ``bucket`` most probable into
 one bucket, as the labels of earlier stages did: over all of the law (``bucket`` 0) it pulls the
 draft's mass towards the target's long tail at the expense of its most probable tokens (a pilot, 325
@@ -135,42 +138,54 @@ def extract_normalizers(model, folder: Path, log: Callable[[str], None] = print)
     """For every teacher shard in ``folder`` that has features and no normalizers,
     ``normalizers-NNNNN.npy`` [n, A] float32: at each answer position (row i's first ``A_i``
     entries; zero past them) the log of the target's softmax denominator, log sum_x exp z_x, z the
-    target's output layer (``model``'s) applied to the stored float16 features, as
-    :func:`train_feature_head` reads them. With it the target's probability of a token x is
+    target's output layer (``model``'s) applied to the stored float16 features at the positions
+    :func:`.draft.teacher_batch` gives training. With it the target's probability of a token x is
     exp(z_x - normalizer), so the labels need the logits of the draft's subset alone
     (:func:`target_laws`): a sixth of the output layer's product for a subset of 8,192 of 49,152
     tokens. Returns the shards done."""
     output, done = model.get_output_embeddings(), 0
     for path in sorted(Path(folder).glob("features-*.npy")):
-        out = path.with_name(path.name.replace("features-", "normalizers-"))
+        out = _beside(path, "normalizers-", ".npy")
         if out.exists():
             continue
         start = time.time()
-        rows = load_shards(path.parent, pattern=path.name.replace("features-", "shard-").replace(".npy", ".npz"))
-        features = np.load(path, mmap_mode="r")
-        normalizers = np.zeros((len(rows), max(len(ids) for _, _, ids, _ in rows)), dtype=np.float32)
-        for i, (_, begin, ids, _) in enumerate(rows):  # position begin - 1 + a predicts answer token a
-            stored = torch.from_numpy(features[i, begin - 1: begin - 1 + len(ids)].astype(np.float32))
-            normalizers[i, : len(ids)] = torch.logsumexp(output(stored).float(), -1).numpy()
-        write_features(out, normalizers)
+        rows = load_shards(path.parent, pattern=_beside(path, "shard-", ".npz").name)
+        _, where, _, _ = teacher_batch(rows, list(range(len(rows))))  # [N, 2]: (row, position) of each answer token
+        features = torch.from_numpy(np.load(path, mmap_mode="r")[where[:, 0].numpy(), where[:, 1].numpy()].astype(np.float32))
+        lengths = torch.tensor([len(ids) for _, _, ids, _ in rows])  # [n]
+        normalizers = torch.zeros(len(rows), int(lengths.max()))  # [n, A]
+        normalizers[torch.arange(normalizers.shape[1])[None] < lengths[:, None]] = torch.cat(
+            [torch.logsumexp(output(chunk).float(), -1) for chunk in features.split(4096)])
+        write_features(out, normalizers.numpy())
         done += 1
-        log(f"{out.name}: {sum(len(ids) for _, _, ids, _ in rows)} answer positions in {time.time() - start:.0f} s")
+        log(f"{out.name}: {len(features)} answer positions in {time.time() - start:.0f} s")
     return done
 
 
 def load_normalizers(folder: Path) -> list[np.ndarray]:
     """The normalizers of :func:`extract_normalizers`, one array [A] per row of
     :func:`load_feature_rows` on ``folder`` (the same order); ``FileNotFoundError`` for a shard
-    with features and without them."""
+    with features and without them, ``ValueError`` for a table not of its shard's shape (the
+    shard labelled again since: delete the file to extract it anew)."""
     normalizers = []
     for path in sorted(Path(folder).glob("features-*.npy")):
-        stored = path.with_name(path.name.replace("features-", "normalizers-"))
+        stored = _beside(path, "normalizers-", ".npy")
         if not stored.exists():
             raise FileNotFoundError(f"{stored}: a shard without its normalizers (run extract_normalizers)")
-        rows = load_shards(path.parent, pattern=path.name.replace("features-", "shard-").replace(".npy", ".npz"))
+        with np.load(_beside(path, "shard-", ".npz")) as shard:
+            lengths = shard["answer_length"].tolist()
         table = np.load(stored)
-        normalizers.extend(table[i, : len(ids)] for i, (_, _, ids, _) in enumerate(rows))
+        if table.shape != (len(lengths), max(lengths)):
+            raise ValueError(f"{stored}: normalizers [{table.shape}] for a shard of {len(lengths)} answers of at most "
+                             f"{max(lengths)} tokens; delete it to extract them anew")
+        normalizers.extend(table[i, :length] for i, length in enumerate(lengths))
     return normalizers
+
+
+def _beside(features: Path, prefix: str, suffix: str) -> Path:
+    """The file of ``features-NNNNN.npy``'s shard with another ``prefix`` and ``suffix``
+    (``shard-NNNNN.npz``, ``fusion-NNNNN.npy``, ``normalizers-NNNNN.npy``)."""
+    return features.with_name(prefix + features.name.removeprefix("features-").removesuffix(".npy") + suffix)
 
 
 @torch.no_grad()
@@ -227,9 +242,9 @@ def write_streams_record(folder: Path, streams: tuple[int, ...]) -> None:
 
 
 def write_features(path: Path, features: np.ndarray) -> None:
-    """Write a shard's features [n, S, E] float16 to ``path`` (``features-NNNNN.npy``; or its streams,
-    its normalizers) under a hidden name first, renamed when complete: a reader never sees a partial
-    file."""
+    """Write a shard's array to ``path`` (its features [n, S, E] float16 to ``features-NNNNN.npy``, its
+    streams, its normalizers) under a hidden name first, renamed when complete: a reader never sees a
+    partial file."""
     partial = path.with_name("." + path.name)
     with open(partial, "wb") as handle:
         np.save(handle, features)
@@ -250,11 +265,11 @@ def load_feature_rows(folder: Path, fusion: tuple[int, ...] = ()) -> list[tuple]
             raise ValueError(f"fusion: {folder} holds the streams after layers {held}, not {tuple(fusion)} "
                              "(run extract_fusion)")
     for path in sorted(folder.glob("features-*.npy")):
-        shard = load_shards(path.parent, pattern=path.name.replace("features-", "shard-").replace(".npy", ".npz"))
+        shard = load_shards(path.parent, pattern=_beside(path, "shard-", ".npz").name)
         features = np.load(path, mmap_mode="r")
         streams = None
         if fusion:
-            streams_path = path.with_name(path.name.replace("features-", "fusion-"))
+            streams_path = _beside(path, "fusion-", ".npy")
             if not streams_path.exists():
                 raise FileNotFoundError(f"{streams_path}: a shard without its streams (run extract_fusion)")
             streams = np.load(streams_path, mmap_mode="r")
@@ -399,7 +414,8 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
     """Train ``head`` on ``rows`` (:func:`load_feature_rows`), resuming from ``workdir/checkpoint.pt``;
     stops after ``config.steps`` or at ``deadline``. ``normalizers``, one array per row
     (:func:`load_normalizers`): the labels from the subset's logits alone (:func:`target_laws`);
-    ``ValueError`` if they do not match the rows' answers. Returns the last logged figures."""
+    ``ValueError`` if their number or lengths do not match the rows' answers. Returns the last
+    logged figures."""
     if normalizers is not None and (len(normalizers) != len(rows) or
                                     any(len(n) != len(row[2]) for n, row in zip(normalizers, rows))):
         raise ValueError("normalizers: one per row, as long as its answer (load_normalizers on the rows' folders)")
