@@ -119,6 +119,8 @@ def test_the_labels_from_stored_normalizers_are_the_targets_law_on_the_subset(ta
                         log=lambda _: None, features=True) == 2
     with pytest.raises(FileNotFoundError, match="normalizers"):
         load_normalizers(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no teacher shards with features"):
+        load_normalizers(tmp_path / "nothing")  # as load_feature_rows: never an empty list
     assert extract_normalizers(target.model, tmp_path, log=lambda _: None) == 2
     assert extract_normalizers(target.model, tmp_path, log=lambda _: None) == 0  # done once
     rows, normalizers = load_feature_rows(tmp_path), load_normalizers(tmp_path)

@@ -165,8 +165,9 @@ def extract_normalizers(model, folder: Path, log: Callable[[str], None] = print)
 def load_normalizers(folder: Path) -> list[np.ndarray]:
     """The normalizers of :func:`extract_normalizers`, one array [A] per row of
     :func:`load_feature_rows` on ``folder`` (the same order); ``FileNotFoundError`` for a shard
-    with features and without them, ``ValueError`` for a table not of its shard's shape (the
-    shard labelled again since: delete the file to extract it anew)."""
+    with features and without them or, as :func:`load_feature_rows`, a folder without such shards,
+    ``ValueError`` for a table not of its shard's shape (the shard labelled again since: delete the
+    file to extract it anew)."""
     normalizers = []
     for path in sorted(Path(folder).glob("features-*.npy")):
         stored = _beside(path, "normalizers-", ".npy")
@@ -179,6 +180,8 @@ def load_normalizers(folder: Path) -> list[np.ndarray]:
             raise ValueError(f"{stored}: normalizers [{table.shape}] for a shard of {len(lengths)} answers of at most "
                              f"{max(lengths)} tokens; delete it to extract them anew")
         normalizers.extend(table[i, :length] for i, length in enumerate(lengths))
+    if not normalizers:
+        raise FileNotFoundError(f"{folder}: no teacher shards with features (run extract_features first)")
     return normalizers
 
 
