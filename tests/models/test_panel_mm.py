@@ -76,6 +76,31 @@ def test_a_live_builder_is_waited_for(tmp_path):
     assert not waiting.is_alive()
 
 
+def test_threads_asking_for_the_kernel_at_once_share_one_build(monkeypatch):
+    builds, started = [], threading.Event()
+
+    def slow_compile(highest):
+        builds.append(highest)
+        started.set()
+        threading.Event().wait(0.3)  # a compiler at work
+        return panel_mm.KernelStatus(isas=("avx2",), built=True)
+
+    monkeypatch.setattr(panel_mm, "_compile", slow_compile)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.delenv(panel_mm.ENV, raising=False)
+    panel_mm._kernel.cache_clear()
+    try:
+        results = []
+        background = threading.Thread(target=lambda: results.append(kernel()))  # as load_pair starts it
+        background.start()
+        started.wait(5)
+        results.append(kernel())  # waits for that build instead of starting its own
+        background.join(5)
+        assert builds == ["avx512"] and results[0] is results[1] and results[0].built
+    finally:
+        panel_mm._kernel.cache_clear()  # the next caller loads the real kernel again
+
+
 @needs_panel
 @each_isa
 @pytest.mark.parametrize("shape", SMOLLM2 + EMBEDDED + ODD)
@@ -188,21 +213,21 @@ def test_17_rows_run_as_a_full_block_of_14_then_the_3_left():
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     with pytest.warns(UserWarning, match=r"^panel matrix kernel unavailable \(this CPU has no AVX2/FMA") as record:
-        status = kernel.__wrapped__()
+        status = panel_mm._kernel.__wrapped__()
     assert not status.compiled and "\n" not in str(record[0].message)
     monkeypatch.setenv(panel_mm.ENV, "eager")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert kernel.__wrapped__().reason == f"{panel_mm.ENV}=eager"
+        assert panel_mm._kernel.__wrapped__().reason == f"{panel_mm.ENV}=eager"
     monkeypatch.setenv(panel_mm.ENV, "fast")
     with pytest.raises(ValueError, match=panel_mm.ENV):
-        kernel.__wrapped__()
+        panel_mm._kernel.__wrapped__()
 
 
 @needs_panel
 def test_panel_avx2_on_request_leaves_avx512_out_and_an_isa_the_cpu_lacks_is_an_error(monkeypatch):
     monkeypatch.setenv(panel_mm.ENV, "panel-avx2")
-    status = kernel.__wrapped__()
+    status = panel_mm._kernel.__wrapped__()
     assert status.isas == ("avx2",) and status.name == "panel-avx2"
     assert kernel().name == f"panel-{kernel().isas[-1]}" and kernel().isas[0] == "avx2"
     weight = torch.ones(4, 16)

@@ -13,6 +13,7 @@ Two pairs have names:
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,14 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
         own_draft = _embedded("draft")
     elif name == "smollm2" or name.endswith(".gguf"):
         from .gguf import converted_folder
+        from .panel_mm import kernel
 
-        target_model = _gguf_target(converted_folder(None if name == "smollm2" else name), tokenizer, quantize)
+        # on first use the kernel's build (a compiler process) and the GGUF's conversion (this one) run on two cores
+        with ThreadPoolExecutor(1) as pool:
+            building = pool.submit(kernel)
+            folder = converted_folder(None if name == "smollm2" else name)
+        building.result()
+        target_model = _gguf_target(folder, tokenizer, quantize)
         own_draft = SMOLLM2_DRAFT if name == "smollm2" else None
     else:
         target_model, own_draft = TransformersModel.from_pretrained(target, tokenizer=tokenizer, quantize=quantize), None

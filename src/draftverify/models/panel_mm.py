@@ -42,6 +42,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -127,11 +128,20 @@ def _compile(highest: str) -> KernelStatus:
     return KernelStatus(isas, load_seconds=seconds, built=built)
 
 
-@cache
+_KERNEL_LOCK = threading.Lock()
+
+
 def kernel() -> KernelStatus:
     """Compile or load the panel kernel once per process (module doc); eager with the reason where
     it cannot run, with a one-line warning unless ``DRAFTVERIFY_KERNEL=eager`` asked for it;
-    ``DRAFTVERIFY_KERNEL=panel-avx2`` leaves AVX-512 out of ``isas``."""
+    ``DRAFTVERIFY_KERNEL=panel-avx2`` leaves AVX-512 out of ``isas``. Thread-safe: a caller waits for
+    a build another thread started (:func:`.pair.load_pair` starts one beside a GGUF's conversion)."""
+    with _KERNEL_LOCK:
+        return _kernel()
+
+
+@cache
+def _kernel() -> KernelStatus:
     choice = os.environ.get(ENV, "panel")
     if choice not in ("panel", "panel-avx2", "eager"):
         raise ValueError(f"{ENV} must be 'panel', 'panel-avx2' or 'eager', got {choice!r}")
