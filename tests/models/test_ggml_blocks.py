@@ -279,7 +279,11 @@ def test_a_llama_target_on_blocks_times_8_bit_activations_decodes_as_its_eager_t
     if not int8_activations_compiled():
         return
     compiled = TransformersModel(model, quantize="gguf-q8")
-    torch.testing.assert_close(compiled.forward(compiled.new_cache(3), tokens, num_logits=11), logits["eager"], rtol=1e-4, atol=1e-4)
+    gap = (compiled.forward(compiled.new_cache(3), tokens, num_logits=11) - logits["eager"]).abs().amax(-1)  # [3, 11]
+    # the same arithmetic in another order: each position agrees to float32 rounding unless an activation's 8-bit
+    # rounding flipped on it (an input a last bit either side of a rounding boundary: 1 of these 33 positions on an
+    # Intel Xeon, 0.0105 apart, none on an AMD EPYC); a wrong product or layer moves every position
+    assert (gap < 1e-4).float().mean() >= 0.9 and gap.max() < 0.05, gap
     draft = TransformersModel(tiny_causal_lm(50, width=32, dtype=torch.float32, seed=1))
     runs = [generate(target, draft, [1, 2, 3], "bv", max_new_tokens=24, draft_length=3, seed=7) for target in (compiled, eager)]
     assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 24  # logits a rounding apart: the same tokens here
