@@ -1,11 +1,14 @@
-"""The command line that reproduces a benchmark run, from its settings."""
+"""The command line that reproduces a benchmark run, from its settings; the machine a report names."""
 
 from __future__ import annotations
 
+import json
 import shlex
 
+import torch
+
 from draftverify.bench.decode import DecodeSettings
-from draftverify.bench.output import command_line
+from draftverify.bench.output import command_line, emit_json
 from draftverify.bench.speed import SpeedSettings
 
 
@@ -26,3 +29,13 @@ def test_speed_reproduces_its_settings():
     line = command_line("speed", SpeedSettings(num_prompts=2, multi=0, json="out.json"), leave_out=("json",))
     assert line == ("draftverify bench speed --num-prompts 2 --max-new-tokens 128 --temperature 1.0 --draft-length 4 "
                     "--seed 0 --multi 0 --threads 1 --batch 8")
+
+
+def test_a_written_report_names_the_machine_it_ran_on(tmp_path, capsys):
+    emit_json({"goals": {"r_5": 1.2}}, tmp_path / "report.json")
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["goals"] == {"r_5": 1.2} and json.loads(capsys.readouterr().out) == written
+    machine = written["machine"]
+    assert isinstance(machine["cpu"], str) and machine["cpu"] and machine["logical_cpus"] >= 1
+    assert machine["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["utc"].endswith("+00:00")
