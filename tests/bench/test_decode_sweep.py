@@ -151,6 +151,9 @@ def test_cli_tiny_run_writes_every_output(tmp_path, capsys):
     assert summary["command"].startswith("draftverify bench decode --prompts mixed")
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
     assert "sd@draft K=1 L=2 T=1" in printed and (out / "report.md").exists()
+    # one description of the machine: the report's settings name the CPU that emit_json names
+    assert summary["settings"]["machine"].startswith(summary["machine"]["cpu"] + ", torch ")
+    assert f"machine = {summary['machine']['cpu']}, torch" in (out / "report.md").read_text()
     assert main(argv[:-2] + ["--methods", "nope", "--out", str(out)]) == 2  # bad input: one line, exit 2
 
 

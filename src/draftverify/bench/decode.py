@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 
 from ..engine import AR
 from .models import ModelSettings, load_models
-from .output import command_line, emit_json
+from .output import command_line, emit_json, machine
 from .plots import plot_all
 from .probes import REFERENCE_DRAWS, first_token_deviation
 from .progress import track
@@ -142,7 +141,7 @@ def run(args: DecodeSettings, progress: Progress | None = None) -> int:
     deviation = _deviations(args, context, configs, target, drafts, prompts, exact, cache, progress)
     settings = dict(prompts=f"{args.prompts} (first {len(texts)})", seeds=list(args.seeds), max_new_tokens=args.max_new_tokens,
                     stop_at_eos=args.stop_at_eos, top_k=args.top_k, models="tiny random" if args.tiny else (args.target or "embedded pair"),
-                    threads=torch.get_num_threads(), machine=f"{platform.machine()}, torch {torch.__version__}")
+                    threads=torch.get_num_threads(), machine=f"{machine()['cpu']}, torch {torch.__version__}")
     meta = dict(title=args.title, command=command_line("decode", args, leave_out=("no_resume",)), settings=settings, failures=result.failures)
     _, plots = build_outputs(rows, meta, out, Path(args.plots_dir or out), args.prefix, deviation)
     with (out / "results.jsonl").open("w") as handle:
