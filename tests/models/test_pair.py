@@ -80,6 +80,34 @@ def test_named_pairs_pick_their_own_ngram_file_and_folder_targets_name_one(folde
     assert isinstance(named.draft, NGramModel) and named.draft.drafter.order == 2
 
 
+def test_a_failed_conversion_reports_without_waiting_for_the_kernel_build(monkeypatch, tmp_path):
+    """load_pair builds the kernel in a thread while the GGUF converts; a conversion that fails
+    raises at once, not after the build (which finishes in its thread)."""
+    import threading
+
+    from draftverify.models import gguf, panel_mm
+
+    started, release, finished = threading.Event(), threading.Event(), []
+
+    def slow_build():
+        started.set()
+        release.wait(30)  # a build that outlasts the conversion
+        finished.append(True)
+
+    def failing_conversion(path=None):
+        started.wait(30)
+        raise FileNotFoundError(f"{path}: no such GGUF file")
+
+    monkeypatch.setattr(panel_mm, "kernel", slow_build)
+    monkeypatch.setattr(gguf, "converted_folder", failing_conversion)
+    try:
+        with pytest.raises(FileNotFoundError, match="no such GGUF file"):
+            load_pair(tmp_path / "absent.gguf")
+        assert not finished  # raised while the build was still running
+    finally:
+        release.set()
+
+
 def test_the_shipped_default_pair_ngram_speaks_its_vocabulary():
     drafter = NGramDrafter.load(pair_module.SMOLLM2_NGRAM)
     assert drafter.vocab_size == 49152 and drafter.order == 4  # SmolLM2's tokenizer

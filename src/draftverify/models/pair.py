@@ -92,10 +92,14 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
         from .gguf import converted_folder
         from .panel_mm import kernel
 
-        # on first use the kernel's build (a compiler process) and the GGUF's conversion (this one) run on two cores
-        with ThreadPoolExecutor(1) as pool:
-            building = pool.submit(kernel)
+        # on first use the kernel's build (a compiler process) and the GGUF's conversion (this one) run on two cores;
+        # a failed conversion reports at once (the build goes on in its thread and is cached for the next call)
+        pool = ThreadPoolExecutor(1)
+        building = pool.submit(kernel)
+        try:
             folder = converted_folder(None if name == "smollm2" else name)
+        finally:
+            pool.shutdown(wait=False)
         building.result()
         target_model = _gguf_target(folder, tokenizer, quantize)
         own_draft = SMOLLM2_DRAFT if name == "smollm2" else None
