@@ -18,23 +18,20 @@ from ..rng import BranchingSource
 __all__ = ["enumerate_outcomes", "exact_output_law"]
 
 
-class _NeedBranch(Exception):
-    def __init__(self, count: int):
-        super().__init__(count)
-        self.count = count
-
-
 class _Replay(BranchingSource):
-    """Follows ``script`` (indices into each draw's positive-probability outcomes)."""
+    """Follows ``script`` (indices into each draw's positive-probability outcomes); past its end it
+    takes each draw's first outcome and leaves the scripts of the others in ``pending``, so every
+    replay runs to an outcome."""
 
-    def __init__(self, script: list[int]):
-        self.script = script
+    def __init__(self, script: list[int], pending: list[list[int]]):
+        self.script, self.pending = script, pending
         self.position = 0
         self.weight = 1.0
 
     def _choose(self, outcomes: list[tuple[Any, float]]):
-        if self.position == len(self.script):
-            raise _NeedBranch(len(outcomes))
+        if self.position == len(self.script):  # a draw no replay has reached: branch here
+            self.pending.extend(self.script + [i] for i in range(1, len(outcomes)))
+            self.script.append(0)
         value, prob = outcomes[self.script[self.position]]
         self.position += 1
         self.weight *= prob
@@ -65,18 +62,15 @@ def enumerate_outcomes(procedure: Callable[[BranchingSource], Hashable]) -> dict
     """Exact law of ``procedure(source)``'s return value over all branches of its draws.
 
     ``procedure`` must draw only through ``draftverify.rng`` with the source it is given and must be
-    deterministic otherwise. Cost: one replay per branch prefix, so keep the tree small.
+    deterministic otherwise. Cost: one replay per outcome branch (each runs to its end), so keep
+    the tree small.
     """
     law: dict[Hashable, float] = defaultdict(float)
     stack: list[list[int]] = [[]]
     while stack:
         script = stack.pop()
-        source = _Replay(script)
-        try:
-            outcome = procedure(source)
-        except _NeedBranch as branch:
-            stack.extend(script + [i] for i in range(branch.count))
-            continue
+        source = _Replay(script, stack)
+        outcome = procedure(source)
         if source.position != len(script):
             raise RuntimeError("procedure is not deterministic given its draws")
         law[outcome] += source.weight
