@@ -208,7 +208,7 @@ class TransformersModel(LanguageModel):
             else:
                 logits = self.model(
                     input_ids=tokens,
-                    past_key_values=cache.backend,
+                    cache=cache.backend,
                     attention_mask=mask,
                     position_ids=positions,
                     use_cache=True,

@@ -54,7 +54,7 @@ def sample_continuation(model, prompt_ids: list[int], num_tokens: int, eos_id: i
         probs.append(dist)
         if len(tokens) == num_tokens or token == eos_id:
             return tokens, torch.stack(probs)
-        out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values,
+        out = model(input_ids=torch.tensor([[token]]), cache=out.cache,
                     use_cache=True)
 
 
@@ -123,7 +123,7 @@ def measure_latency(models: dict, ngram, context: int, rounds: int = 5) -> dict:
             out = model(input_ids=torch.tensor([ids[:prefix]]), use_cache=True)
             began = time.perf_counter()
             for token in ids[prefix:]:
-                out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values,
+                out = model(input_ids=torch.tensor([[token]]), cache=out.cache,
                             use_cache=True)
             times[name].append((time.perf_counter() - began) / steps * 1e3)
         began = time.perf_counter()
