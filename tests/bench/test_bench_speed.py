@@ -23,6 +23,8 @@ def test_bench_speed_prints_json_and_table(capsys, tmp_path):
     out = capsys.readouterr().out
     report = json.loads(out_file.read_text())
     assert code == 0 and "vs ar" in out and "goal 2.0" in out
+    # the memory speed the run met, measured before and after its timed runs (bytes read and written by a copy)
+    assert report["copy_gb_s"]["before"] > 0 and report["copy_gb_s"]["after"] > 0 and "copy bandwidth before" in out
     rows = {r["method"]: r for r in report["methods"]}
     assert {"ar", "sd", "bv", "hf-assisted", "hf-generate"} <= set(rows)
     assert all(r["tokens"] == 6 for r in rows.values())  # EOS ignored by every method
@@ -230,7 +232,7 @@ def test_vs_ar_carries_a_bootstrap_interval_over_the_prompts():
     # sd twice as fast as ar on every prompt: every resample says 2
     assert rows["sd"]["vs_ar"] == 2.0 and rows["sd"]["vs_ar_interval"] == pytest.approx([2.0, 2.0])
     assert report["goals"]["best_exact_vs_ar_interval"] == rows["sd"]["vs_ar_interval"]
-    assert "95% 2.00-2.00 over the prompts" in speed._tables(dict(report, llama_cpp="left out"), 0)
+    assert "95% 2.00-2.00 over the prompts" in speed._tables(dict(report, llama_cpp="left out", copy_gb_s={"before": 12.0, "after": 11.5}), 0)
     # a prompt where sd is slower widens it around the pooled figure, 5.5 / 4.25 s; one prompt gives none
     ours("ar", 1.0, 4)
     ours("sd", 2.0, 2)

@@ -66,6 +66,7 @@ from .llama_cpp import LlamaCpp, available as llama_cpp_available
 from .metrics import bootstrap_ratio
 from .models import ModelSettings, load_models
 from .output import command_line, emit_json
+from .panel_mm import copy_bandwidth
 from .progress import track
 
 if TYPE_CHECKING:
@@ -296,6 +297,9 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
     for temperature in anchors.values():
         anchor.decode(prompts[0], max_new_tokens=4, temperature=temperature, seed=0)
 
+    # the machine's memory speed around the timed runs: memory-bound calls follow it, and a shared
+    # machine's drifts within and between runs (11.5-13.2 GB/s on the Xeon of 2026-11-29, 40 on the EPYC before)
+    copies = [copy_bandwidth()]
     totals: dict[str, dict[str, float]] = {}
     for i, prompt_ids in enumerate(track(progress, prompts, "prompts")):
         for spec in specs:
@@ -321,6 +325,8 @@ def run(args: SpeedSettings, progress: Progress | None = None) -> int:
         for row in report["batch"]:  # issue 27's batch goal reads ar's row, the earlier issues' sd's
             report["goals"][f"{row['method']}_batch_vs_single"] = row["batch_vs_single"]
             report["goals"][f"{row['method']}_decode_batch_vs_single"] = row["decode_batch_vs_single"]
+    copies.append(copy_bandwidth())
+    report["copy_gb_s"] = {"before": copies[0] / 1e9, "after": copies[1] / 1e9}
     emit_json(report, args.json)
     print()
     print(_tables(report, args.batch))
@@ -365,6 +371,8 @@ def _tables(report: dict[str, Any], batch: int) -> str:
                                                  ("decode_batch_vs_single", "decoding: batch vs single", ".2f"),
                                                  ("each_round", "each round", "s")],
                                     markdown=False)]
+    copies = report["copy_gb_s"]
+    parts.append(f"\ncopy bandwidth before / after the timed runs: {copies['before']:.1f} / {copies['after']:.1f} GB/s")
     goals = report["goals"]
     interval = goals.get("best_exact_vs_ar_interval")
     spread = "" if interval is None else f", 95% {interval[0]:.2f}-{interval[1]:.2f} over the prompts"
