@@ -38,6 +38,8 @@ With ``--draft-length auto`` our speculative rows choose each step's L from the 
 (:class:`~draftverify.engine.draft_length.AutoDraftLength`, L = 0 among its choices) and the
 assisted row runs transformers' own dynamic schedule (``"heuristic"``, from L = 4); acceptance
 is then pooled over each step's own L and ``predicted vs ar`` is left out (it assumes one L).
+``copy_gb_s``: the copy bandwidth (:func:`.panel_mm.copy_bandwidth`) before and after the timed
+runs, the memory speed the memory-bound calls met.
 
 Goals (issues 5, 13, 24, 27): best exact method >= 2.0x ``ar``; our ``sd`` >= 2x assisted
 generation with the same pair (issue 24; issue 5 asked 1.2x); ``ar`` >= 1.5x ``hf-generate``; engine
