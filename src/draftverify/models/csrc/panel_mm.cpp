@@ -354,9 +354,9 @@ struct BlockPanel {
 };
 
 template <int R, int U>
-inline void accumulate512(__m512 (&acc)[U][R], const float* x, int64_t ldx, int64_t k, __m512 weights) {
+inline void accumulate512(__m512 (&acc)[U][R], const float (&x)[R][kBlock], int64_t k, __m512 weights) {
   UNROLL for (int r = 0; r < R; ++r)
-    acc[k % U][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), weights, acc[k % U][r]);
+    acc[k % U][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r][k]), weights, acc[k % U][r]);
 }
 
 template <int R, int U, int Bits>
@@ -372,20 +372,23 @@ void block_panel512(const float* x, int64_t ldx, BlockPanel<Bits> w, int64_t K, 
     for (int64_t line = 0; line < code_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetch512 + line, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(w.scales + (b + 8) * kPanel), _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + b * kPanel)));
-    const float* xb = x + b * kBlock;
+    // the block's activations of the R rows side by side: one base register for every broadcast
+    // (R row pointers at stride ldx ran out of registers and went through xmm moves, 2026-11-29)
+    alignas(64) float xb[R][kBlock];
+    UNROLL for (int r = 0; r < R; ++r) std::memcpy(xb[r], x + r * ldx + b * kBlock, sizeof(xb[r]));
     if constexpr (Bits == 4) {
       _mm_prefetch(reinterpret_cast<const char*>(w.offsets + (b + 8) * kPanel), _MM_HINT_T0);
       const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.offsets + b * kPanel)));
       const __m512i low = _mm512_set1_epi32(0xF);
       UNROLL for (int j = 0; j < kBlock / 2; ++j) {
         const __m512i pair = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j * kPanel)));
-        accumulate512<R, U>(acc, xb, ldx, 2 * j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(pair, low)), d, m));
-        accumulate512<R, U>(acc, xb, ldx, 2 * j + 1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(pair, 4)), d, m));
+        accumulate512<R, U>(acc, xb, 2 * j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(pair, low)), d, m));
+        accumulate512<R, U>(acc, xb, 2 * j + 1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(pair, 4)), d, m));
       }
     } else {
       UNROLL for (int t = 0; t < kBlock; ++t) {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + t * kPanel));
-        accumulate512<R, U>(acc, xb, ldx, t, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+        accumulate512<R, U>(acc, xb, t, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
       }
     }
   }
