@@ -197,17 +197,36 @@ def test_more_than_14_rows_run_as_blocks_of_at_most_14_each_as_if_alone(shape):
 
 @needs_panel
 @pytest.mark.skipif("avx512" not in kernel().isas, reason="the AVX-512 path needs a CPU with AVX-512F")
-def test_17_rows_run_as_a_full_block_of_14_then_the_3_left():
+def test_21_rows_run_as_a_full_block_of_14_then_the_7_left():
     """The first pass over a panel takes as many rows as a pass holds (it streams the panel from
-    memory; the rest reads it from L2): 17 rows are 14 + 3, each block's bits those of its rows run
-    alone. The twin that tells: near-equal blocks (9 + 8) would put rows 14-16 in a block of 8, one
-    accumulator set, where a block of 3 sums in four sets: other bits (the last assertion)."""
+    memory; the rest reads it from L2): 21 rows are 14 + 7, each block's bits those of its rows run
+    alone. The twin that tells: near-equal blocks (11 + 10) would put rows 14-20 in a block of 10, one
+    accumulator set, where a block of 7 sums in two: other bits (the last assertion)."""
     weight, bias = weights((576, 1536), 8)
     linear = PanelLinear(weight, bias, isa="avx512")
-    x = torch.randn(17, 576, generator=torch.Generator().manual_seed(9))
+    x = torch.randn(21, 576, generator=torch.Generator().manual_seed(9))
     rows = linear(x)
     assert torch.equal(rows[:14], linear(x[:14])) and torch.equal(rows[14:], linear(x[14:]))
-    assert not torch.equal(linear(x[9:])[5:], rows[14:])
+    assert not torch.equal(linear(x[11:])[3:], rows[14:])
+
+
+@needs_panel
+@pytest.mark.skipif("avx512" not in kernel().isas, reason="the AVX-512 path needs a CPU with AVX-512F")
+@pytest.mark.parametrize("shape", [(576, 1536), (576, 200), (64, 40)])
+def test_up_to_6_rows_read_panels_side_by_side_with_the_bits_of_one_panel_at_a_time(shape):
+    """Up to 6 rows read 4, 3 or 2 panels side by side (each part of the weights its own stream) and
+    run the panels left over one at a time; a row's bits do not depend on which: the product equals the
+    same rows times the columns of each panel alone (one panel: 32 columns, a pass of its own), for
+    panel counts that divide among the streams and counts that leave some over (576 x 200: 7 panels)."""
+    weight, bias = weights(shape, 10)
+    linear = PanelLinear(weight, bias, isa="avx512")
+    x = torch.randn(6, shape[0], generator=torch.Generator().manual_seed(11))
+    for rows in range(1, 7):
+        together = linear(x[:rows])
+        for col in range(0, shape[1], 32):
+            alone = PanelLinear(weight[:, col:col + 32], bias[col:col + 32], isa="avx512")
+            assert torch.equal(together[:, col:col + 32], alone(x[:rows])), (rows, col)
+    torch.testing.assert_close(linear(x), x @ weight + bias, rtol=1e-5, atol=1e-4)
 
 
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):

@@ -20,7 +20,9 @@
 //   AVX2 path keeps 16 columns: a 32-column block of four rows would need all 16 of its registers.
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
 // weights ahead are prefetched while these are consumed (not by the AVX-512 float32 blocks of one or
-// two rows: kPrefetches512). Panels are shared among threads by at::parallel_for.
+// two rows: kPrefetches512). On the AVX-512 path up to six rows read two to four panels side by side,
+// each from its own part of the weights: one core streams several sequential reads faster than one
+// (product512). Panels are shared among threads by at::parallel_for.
 //
 // Built with -mavx2 -mfma -fopenmp by draftverify.models.panel_mm at first use.
 
@@ -242,10 +244,21 @@ constexpr bool kFar512 = std::is_same_v<W, float> && R >= 8;
 template <typename W, int R>
 constexpr bool kPrefetches512 = !(std::is_same_v<W, float> && R <= 2);
 
-// accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per cycle)
-// (a power of two, so the sets divide a 32-step block of the block formats below and every k has the
-// same set in both: their products are then bit-identical to the float32 product of the same weights)
-constexpr int sets512(int R) { return R >= 8 ? 1 : R >= 4 ? 2 : R == 1 ? 8 : 4; }
+// One core reads a single sequential stream slower than several side by side (2026-11-29, Intel Xeon,
+// one thread, a one-row product over 200 cycled 576 x 1536 float32 matrices: 9.8-11.5 GB/s as one
+// stream, 12.8-13.1 as four, 13.2-13.8 as six or eight; its copy bandwidth 11-13 GB/s). A product of
+// up to kStreamRows rows reads panels512(R) panels side by side, each from its own part of the
+// weights (product512 below): as many as the registers hold beside the R rows' accumulators.
+constexpr int kStreamRows = 6;
+constexpr int kMaxStreams = 4;
+constexpr int panels512(int R) { return R <= 2 ? 4 : R == 3 ? 3 : R <= kStreamRows ? 2 : 1; }
+
+// accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per
+// cycle) counting the panels read side by side, so two for one row and for seven (one panel), else
+// one (a power of two, so the sets divide a 32-step block of the block formats below and every k has
+// the same set in both: their products are then bit-identical to the float32 product of the same
+// weights; which panels a block reads beside one another does not change a column's arithmetic)
+constexpr int sets512(int R) { return R == 1 || R == 7 ? 2 : 1; }
 
 inline __m512 load_weights512(const float* w) { return _mm512_loadu_ps(w); }
 
@@ -272,68 +285,94 @@ inline __m512 load_weights512(const int8_t* w) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))));
 }
 
-// Rows of x (stride ldx) times one panel w [K, kWidth512<W>] (cols of its columns): R rows, U
-// accumulator sets over k, a zmm for each 16 columns.
-template <int R, int U, typename W>
-void panel_block512(const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo, int64_t cols,
-                    const float* scale, const float* bias) {
+// One panel as a block reads it: its weights, where its columns go (the block's first row), how many
+// of its columns are real (the last panel's may be fewer), the scales and bias of those columns.
+template <typename Weights>
+struct Panel {
+  Weights w;  // const float* or const int8_t* [K, width], or a BlockPanel
+  float* out;
+  int64_t cols;
+  const float* scale;  // or nullptr
+  const float* bias;  // or nullptr
+};
+
+// out (+ stride ldo a row) = v (* scale) (+ bias) for the first n of 16 columns (scales are padded).
+inline void store_columns512(const __m512* v, int R, int64_t ldo, float* out, int64_t n, const float* scale,
+                             const float* bias) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+  const __m512 s = scale == nullptr ? _mm512_set1_ps(1.0f) : _mm512_loadu_ps(scale);
+  const __m512 b = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias);
+  for (int r = 0; r < R; ++r) {
+    __m512 o = v[r];
+    if (scale != nullptr) o = _mm512_mul_ps(o, s);
+    if (bias != nullptr) o = _mm512_add_ps(o, b);
+    _mm512_mask_storeu_ps(out + r * ldo, mask, o);
+  }
+}
+
+// Rows of x (stride ldx) times S panels p[s].w [K, kWidth512<W>]: R rows, U accumulator sets over k,
+// a zmm for each 16 columns of each panel: S > 1 reads S panels side by side, each the next of its own
+// stream (product512 below).
+template <int R, int U, int S, typename W>
+void panel_block512(const float* x, int64_t ldx, const Panel<const W*>* p, int64_t K, int64_t ldo) {
   constexpr int64_t width = kWidth512<W>;
   constexpr int H = width / kPanel;
-  __m512 acc[U][R][H];
+  __m512 acc[U][R][S][H];
   UNROLL for (int u = 0; u < U; ++u)
     UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int h = 0; h < H; ++h) acc[u][r][h] = _mm512_setzero_ps();
+      UNROLL for (int s = 0; s < S; ++s)
+        UNROLL for (int h = 0; h < H; ++h) acc[u][r][s][h] = _mm512_setzero_ps();
+  const W* w[S];
+  UNROLL for (int s = 0; s < S; ++s) w[s] = p[s].w;
   int64_t k = 0;
   for (; k + U <= K; k += U) {
-    if constexpr (kPrefetches512<W, R>) prefetch_panel512<kPrefetch512, U, kFar512<W, R>>(w, k);
+    if constexpr (kPrefetches512<W, R>)
+      UNROLL for (int s = 0; s < S; ++s) prefetch_panel512<kPrefetch512, U, kFar512<W, R>>(w[s], k);
     UNROLL for (int u = 0; u < U; ++u) {
-      __m512 weights[H];
-      UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + (k + u) * width + h * kPanel);
+      __m512 weights[S][H];
+      UNROLL for (int s = 0; s < S; ++s)
+        UNROLL for (int h = 0; h < H; ++h) weights[s][h] = load_weights512(w[s] + (k + u) * width + h * kPanel);
       UNROLL for (int r = 0; r < R; ++r) {
         const __m512 a = _mm512_set1_ps(x[r * ldx + k + u]);
-        UNROLL for (int h = 0; h < H; ++h) acc[u][r][h] = _mm512_fmadd_ps(a, weights[h], acc[u][r][h]);
+        UNROLL for (int s = 0; s < S; ++s)
+          UNROLL for (int h = 0; h < H; ++h) acc[u][r][s][h] = _mm512_fmadd_ps(a, weights[s][h], acc[u][r][s][h]);
       }
     }
   }
   for (; k < K; ++k) {
-    __m512 weights[H];
-    UNROLL for (int h = 0; h < H; ++h) weights[h] = load_weights512(w + k * width + h * kPanel);
-    UNROLL for (int r = 0; r < R; ++r) {
-      const __m512 a = _mm512_set1_ps(x[r * ldx + k]);
-      UNROLL for (int h = 0; h < H; ++h) acc[0][r][h] = _mm512_fmadd_ps(a, weights[h], acc[0][r][h]);
-    }
+    UNROLL for (int s = 0; s < S; ++s)
+      UNROLL for (int h = 0; h < H; ++h) {
+        const __m512 weights = load_weights512(w[s] + k * width + h * kPanel);
+        UNROLL for (int r = 0; r < R; ++r)
+          acc[0][r][s][h] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), weights, acc[0][r][s][h]);
+      }
   }
   UNROLL for (int u = 1; u < U; ++u)
     UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int h = 0; h < H; ++h) acc[0][r][h] = _mm512_add_ps(acc[0][r][h], acc[u][r][h]);
-  UNROLL for (int h = 0; h < H; ++h) {
-    const int64_t n = std::min<int64_t>(kPanel, cols - h * kPanel);
-    if (n <= 0) break;
-    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
-    const __m512 s = scale == nullptr ? _mm512_set1_ps(1.0f) : _mm512_loadu_ps(scale + h * kPanel);  // scales are padded
-    const __m512 b = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias + h * kPanel);
-    UNROLL for (int r = 0; r < R; ++r) {
-      __m512 v = acc[0][r][h];
-      if (scale != nullptr) v = _mm512_mul_ps(v, s);
-      if (bias != nullptr) v = _mm512_add_ps(v, b);
-      _mm512_mask_storeu_ps(out + r * ldo + h * kPanel, mask, v);
+      UNROLL for (int s = 0; s < S; ++s)
+        UNROLL for (int h = 0; h < H; ++h) acc[0][r][s][h] = _mm512_add_ps(acc[0][r][s][h], acc[u][r][s][h]);
+  UNROLL for (int s = 0; s < S; ++s)
+    UNROLL for (int h = 0; h < H; ++h) {
+      const int64_t n = std::min<int64_t>(kPanel, p[s].cols - h * kPanel);
+      if (n <= 0) break;
+      __m512 v[R];
+      UNROLL for (int r = 0; r < R; ++r) v[r] = acc[0][r][s][h];
+      store_columns512(v, R, ldo, p[s].out + h * kPanel, n, p[s].scale == nullptr ? nullptr : p[s].scale + h * kPanel,
+                       p[s].bias == nullptr ? nullptr : p[s].bias + h * kPanel);
     }
-  }
 }
 
 template <typename W>
-using Block512 = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t, int64_t, const float*, const float*);
+using Block512 = void (*)(const float*, int64_t, const Panel<const W*>*, int64_t, int64_t);
 
 template <typename W, std::size_t... I>
 constexpr std::array<Block512<W>, sizeof...(I)> blocks512(std::index_sequence<I...>) {
-  return {&panel_block512<I + 1, sets512(I + 1), W>...};  // entry R - 1: R rows
+  return {&panel_block512<I + 1, sets512(I + 1), 1, W>...};  // entry R - 1: R rows
 }
 
-template <typename W>
-void rows_block512(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
-                   int64_t cols, const float* scale, const float* bias) {
-  static constexpr auto table = blocks512<W>(std::make_index_sequence<kRows512<W>>());
-  table[rows - 1](x, ldx, w, K, out, ldo, cols, scale, bias);
+template <typename W, std::size_t... I>
+constexpr std::array<Block512<W>, sizeof...(I)> side_by_side512(std::index_sequence<I...>) {
+  return {&panel_block512<I + 1, sets512(I + 1), panels512(I + 1), W>...};  // entry R - 1: R rows
 }
 
 // GGML's block formats along k (blocks of 32 k-steps of one column, one float16 scale d each):
@@ -353,59 +392,78 @@ struct BlockPanel {
   const uint16_t* offsets;  // [K / 32, 16] float16, Bits = 4 only
 };
 
-template <int R, int U>
-inline void accumulate512(__m512 (&acc)[U][R], const float (&x)[R][kBlock], int64_t k, __m512 weights) {
+template <int R, int U, int S>
+inline void accumulate512(__m512 (&acc)[U][R][S], const float (&x)[R][kBlock], int64_t k, int s, __m512 weights) {
   UNROLL for (int r = 0; r < R; ++r)
-    acc[k % U][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r][k]), weights, acc[k % U][r]);
+    acc[k % U][r][s] = _mm512_fmadd_ps(_mm512_set1_ps(x[r][k]), weights, acc[k % U][r][s]);
 }
 
-template <int R, int U, int Bits>
-void block_panel512(const float* x, int64_t ldx, BlockPanel<Bits> w, int64_t K, float* out, int64_t ldo,
-                    int64_t cols, const float* bias) {
+// Rows of x (stride ldx) times S block-format panels p[s].w: R rows, U accumulator sets over k, as
+// panel_block512 (S panels side by side).
+template <int R, int U, int S, int Bits>
+void block_panel512(const float* x, int64_t ldx, const Panel<BlockPanel<Bits>>* p, int64_t K, int64_t ldo) {
   static_assert(kBlock % U == 0, "accumulator sets must divide a block");
   constexpr int64_t code_bytes = kBlock * kPanel * Bits / 8;  // per block
-  __m512 acc[U][R];
+  __m512 acc[U][R][S];
   UNROLL for (int u = 0; u < U; ++u)
-    UNROLL for (int r = 0; r < R; ++r) acc[u][r] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int s = 0; s < S; ++s) acc[u][r][s] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / kBlock; ++b) {
-    const uint8_t* codes = w.codes + b * code_bytes;
-    for (int64_t line = 0; line < code_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetch512 + line, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w.scales + (b + 8) * kPanel), _MM_HINT_T0);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + b * kPanel)));
     // the block's activations of the R rows side by side: one base register for every broadcast
     // (R row pointers at stride ldx ran out of registers and went through xmm moves, 2026-11-29)
     alignas(64) float xb[R][kBlock];
     UNROLL for (int r = 0; r < R; ++r) std::memcpy(xb[r], x + r * ldx + b * kBlock, sizeof(xb[r]));
+    // the S panels' weights k-step by k-step, so the accumulators of all of them are chains in flight
+    const uint8_t* codes[S];
+    __m512 d[S], m[S];
+    UNROLL for (int s = 0; s < S; ++s) {
+      const BlockPanel<Bits>& w = p[s].w;
+      codes[s] = w.codes + b * code_bytes;
+      for (int64_t line = 0; line < code_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(codes[s]) + kPrefetch512 + line, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w.scales + (b + 8) * kPanel), _MM_HINT_T0);
+      d[s] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + b * kPanel)));
+      if constexpr (Bits == 4) {
+        _mm_prefetch(reinterpret_cast<const char*>(w.offsets + (b + 8) * kPanel), _MM_HINT_T0);
+        m[s] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.offsets + b * kPanel)));
+      }
+    }
     if constexpr (Bits == 4) {
-      _mm_prefetch(reinterpret_cast<const char*>(w.offsets + (b + 8) * kPanel), _MM_HINT_T0);
-      const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.offsets + b * kPanel)));
       const __m512i low = _mm512_set1_epi32(0xF);
-      UNROLL for (int j = 0; j < kBlock / 2; ++j) {
-        const __m512i pair = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j * kPanel)));
-        accumulate512<R, U>(acc, xb, 2 * j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(pair, low)), d, m));
-        accumulate512<R, U>(acc, xb, 2 * j + 1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(pair, 4)), d, m));
-      }
+      UNROLL for (int j = 0; j < kBlock / 2; ++j)
+        UNROLL for (int s = 0; s < S; ++s) {
+          const __m512i pair = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes[s] + j * kPanel)));
+          accumulate512<R, U, S>(acc, xb, 2 * j, s, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(pair, low)), d[s], m[s]));
+          accumulate512<R, U, S>(acc, xb, 2 * j + 1, s, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(pair, 4)), d[s], m[s]));
+        }
     } else {
-      UNROLL for (int t = 0; t < kBlock; ++t) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + t * kPanel));
-        accumulate512<R, U>(acc, xb, t, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
-      }
+      UNROLL for (int t = 0; t < kBlock; ++t)
+        UNROLL for (int s = 0; s < S; ++s) {
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes[s] + t * kPanel));
+          accumulate512<R, U, S>(acc, xb, t, s, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d[s]));
+        }
     }
   }
   UNROLL for (int u = 1; u < U; ++u)
-    UNROLL for (int r = 0; r < R; ++r) acc[0][r] = _mm512_add_ps(acc[0][r], acc[u][r]);
-  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
-  const __m512 bv = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias);
-  UNROLL for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(out + r * ldo, mask, bias == nullptr ? acc[0][r] : _mm512_add_ps(acc[0][r], bv));
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int s = 0; s < S; ++s) acc[0][r][s] = _mm512_add_ps(acc[0][r][s], acc[u][r][s]);
+  UNROLL for (int s = 0; s < S; ++s) {
+    __m512 v[R];
+    UNROLL for (int r = 0; r < R; ++r) v[r] = acc[0][r][s];
+    store_columns512(v, R, ldo, p[s].out, p[s].cols, nullptr, p[s].bias);
+  }
 }
 
 template <int Bits>
-using BlockRows = void (*)(const float*, int64_t, BlockPanel<Bits>, int64_t, float*, int64_t, int64_t, const float*);
+using BlockRows = void (*)(const float*, int64_t, const Panel<BlockPanel<Bits>>*, int64_t, int64_t);
 
 template <int Bits, std::size_t... I>
 constexpr std::array<BlockRows<Bits>, sizeof...(I)> block_table512(std::index_sequence<I...>) {
-  return {&block_panel512<I + 1, sets512(I + 1), Bits>...};  // entry R - 1: R rows
+  return {&block_panel512<I + 1, sets512(I + 1), 1, Bits>...};  // entry R - 1: R rows
+}
+
+template <int Bits, std::size_t... I>
+constexpr std::array<BlockRows<Bits>, sizeof...(I)> block_side_by_side512(std::index_sequence<I...>) {
+  return {&block_panel512<I + 1, sets512(I + 1), panels512(I + 1), Bits>...};  // entry R - 1: R rows
 }
 
 #pragma GCC pop_options
@@ -528,16 +586,17 @@ struct Q8Activations {
   }
 };
 
-// run(panel, first column, columns) for each 16-column panel of a block-format W, panels shared among threads.
-template <int Bits, typename Run>
-void each_block_panel(BlockPanel<Bits> w, int64_t K, int64_t N, Run run) {
-  const int64_t count = (N + kPanel - 1) / kPanel;
+// Panel p of a block-format W [K, N] (16 columns a panel).
+template <int Bits>
+BlockPanel<Bits> block_panel(BlockPanel<Bits> w, int64_t K, int64_t p) {
   const int64_t code_bytes = K * kPanel * Bits / 8, scale_count = K / kBlock * kPanel;  // per panel
-  at::parallel_for(0, count, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p)
-      run(BlockPanel<Bits>{w.codes + p * code_bytes, w.scales + p * scale_count, Bits == 4 ? w.offsets + p * scale_count : nullptr},
-          p * kPanel, std::min(kPanel, N - p * kPanel));
-  });
+  return {w.codes + p * code_bytes, w.scales + p * scale_count, Bits == 4 ? w.offsets + p * scale_count : nullptr};
+}
+
+// run(begin, end) over ranges of the 16-column panels of a block-format W [K, N], shared among threads.
+template <typename Run>
+void block_panels(int64_t K, int64_t N, Run run) {
+  at::parallel_for(0, (N + kPanel - 1) / kPanel, std::max<int64_t>(1, 8192 / K), run);
 }
 
 template <int Bits>
@@ -546,21 +605,52 @@ void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_
   const Q8Activations a(x, M, K);
   std::vector<Q8Row> rows(M);
   for (int64_t m = 0; m < M; ++m) rows[m] = a.row(m, K);
-  each_block_panel(w, K, N, [&](BlockPanel<Bits> panel, int64_t col, int64_t cols) {
-    row_blocks(M, kMaxRowsQ8, [&](int64_t row, int64_t n) {
-      table[n - 1](rows.data() + row, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
-    });
+  block_panels(K, N, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t col = p * kPanel, cols = std::min(kPanel, N - col);
+      row_blocks(M, kMaxRowsQ8, [&](int64_t row, int64_t n) {
+        table[n - 1](rows.data() + row, block_panel(w, K, p), K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
+      });
+    }
   });
 }
 
-// out [M, N] = x [M, K] @ W (+ bias) for W in a block format, panels shared among threads, rows in
-// the blocks of row_blocks (at most 14, as the float32 AVX-512 product).
+// The panels [begin, end) of an AVX-512 product for M rows of x [M, K] (out [M, ldo]). Up to
+// kStreamRows rows read S = panels512(M) panels side by side (side[M - 1]): the range in S equal
+// contiguous parts, each pass the next panel of every part, so each part is one sequential stream; the
+// fewer than S panels left run one by one (blocks[M - 1]). More rows run panel by panel in the blocks
+// of row_blocks. panel(p, row) is panel p as a block from row `row` reads it.
+template <typename Weights, typename Blocks, typename Side, typename Make>
+void product512(int64_t begin, int64_t end, int64_t M, const float* x, int64_t K, int64_t ldo, const Blocks& blocks,
+                const Side& side, Make panel) {
+  if (M <= kStreamRows) {
+    const int S = panels512(static_cast<int>(M));
+    const int64_t part = (end - begin) / S;
+    for (int64_t i = 0; i < part; ++i) {
+      Panel<Weights> each[kMaxStreams];
+      for (int s = 0; s < S; ++s) each[s] = panel(begin + s * part + i, 0);
+      side[M - 1](x, K, each, K, ldo);
+    }
+    begin += S * part;
+  }
+  for (int64_t p = begin; p < end; ++p)
+    row_blocks(M, static_cast<int64_t>(blocks.size()), [&](int64_t row, int64_t rows) {
+      const Panel<Weights> one = panel(p, row);
+      blocks[rows - 1](x + row * K, K, &one, K, ldo);
+    });
+}
+
+// out [M, N] = x [M, K] @ W (+ bias) for W in a block format, panels shared among threads, as
+// product512 reads them (blocks of at most 14 rows, as the float32 AVX-512 product).
 template <int Bits>
 void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
-  static constexpr auto table = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
-  each_block_panel(w, K, N, [&](BlockPanel<Bits> panel, int64_t col, int64_t cols) {
-    row_blocks(M, kMaxRows512, [&](int64_t row, int64_t rows) {
-      table[rows - 1](x + row * K, K, panel, K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
+  static constexpr auto blocks = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
+  static constexpr auto side = block_side_by_side512<Bits>(std::make_index_sequence<kStreamRows>());
+  block_panels(K, N, [&](int64_t begin, int64_t end) {
+    product512<BlockPanel<Bits>>(begin, end, M, x, K, N, blocks, side, [&](int64_t p, int64_t row) {
+      const int64_t col = p * kPanel;
+      return Panel<BlockPanel<Bits>>{block_panel(w, K, p), out + row * N + col, std::min(kPanel, N - col), nullptr,
+                                     bias == nullptr ? nullptr : bias + col};
     });
   });
 }
@@ -575,13 +665,17 @@ int64_t panel_width(bool avx512) { return avx512 ? kWidth512<W> : kPanel; }
 
 template <typename W>
 void panel_mm_impl(const Product<W>& a, bool avx512) {
+  static constexpr auto blocks = blocks512<W>(std::make_index_sequence<kRows512<W>>());
+  static constexpr auto side = side_by_side512<W>(std::make_index_sequence<kStreamRows>());
   const int64_t width = panel_width<W>(avx512), count = (a.N + width - 1) / width;
   const int64_t grain = std::max<int64_t>(1, 131072 / (width * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
-    if (avx512)
-      panels(a, begin, end, width, kRows512<W>, &rows_block512<W>);
-    else
-      panels(a, begin, end, width, kMaxRows, &rows_block<W>);
+    if (!avx512) return panels(a, begin, end, width, kMaxRows, &rows_block<W>);
+    product512<const W*>(begin, end, a.M, a.x, a.K, a.N, blocks, side, [&](int64_t p, int64_t row) {
+      const int64_t col = p * width;
+      return Panel<const W*>{a.panels + p * a.K * width, a.out + row * a.N + col, std::min(width, a.N - col),
+                             a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
+    });
   });
 }
 
