@@ -17,7 +17,7 @@ import torch
 
 from draftverify.models import panel_mm
 from draftverify.models.gpt2 import Linear
-from draftverify.models.panel_mm import ISAS, PanelLinear, kernel, pack, quantize_int8
+from draftverify.models.panel_mm import ISAS, PanelLinear, kernel, pack, panel_width, quantize_int8
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 SMOLLM2 = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]  # [in, out]; vocabulary 49152
@@ -211,22 +211,24 @@ def test_21_rows_run_as_a_full_block_of_14_then_the_7_left():
 
 
 @needs_panel
-@pytest.mark.skipif("avx512" not in kernel().isas, reason="the AVX-512 path needs a CPU with AVX-512F")
+@each_isa
+@pytest.mark.parametrize("quantize", [None, "int8"])
 @pytest.mark.parametrize("shape", [(576, 1536), (576, 200), (64, 40)])
-def test_up_to_6_rows_read_panels_side_by_side_with_the_bits_of_one_panel_at_a_time(shape):
-    """Up to 6 rows read 4, 3 or 2 panels side by side (each part of the weights its own stream) and
-    run the panels left over one at a time; a row's bits do not depend on which: the product equals the
-    same rows times the columns of each panel alone (one panel: 32 columns, a pass of its own), for
-    panel counts that divide among the streams and counts that leave some over (576 x 200: 7 panels)."""
+def test_few_rows_read_panels_side_by_side_with_the_bits_of_one_panel_at_a_time(shape, quantize, isa):
+    """Few rows (AVX-512: up to 6, AVX2: 1 or 2) read 2 to 4 panels side by side, each part of the
+    weights its own stream, and run the panels left over one at a time; a row's bits do not depend on
+    which: the product equals the same rows times each panel's columns alone (a pass of its own), for
+    panel counts that divide among the streams and counts that leave some over (576 x 200: 7 or 13
+    panels)."""
     weight, bias = weights(shape, 10)
-    linear = PanelLinear(weight, bias, isa="avx512")
+    width = panel_width(isa, quantize)
+    linear = PanelLinear(weight, bias, quantize, isa)
     x = torch.randn(6, shape[0], generator=torch.Generator().manual_seed(11))
     for rows in range(1, 7):
         together = linear(x[:rows])
-        for col in range(0, shape[1], 32):
-            alone = PanelLinear(weight[:, col:col + 32], bias[col:col + 32], isa="avx512")
-            assert torch.equal(together[:, col:col + 32], alone(x[:rows])), (rows, col)
-    torch.testing.assert_close(linear(x), x @ weight + bias, rtol=1e-5, atol=1e-4)
+        for col in range(0, shape[1], width):
+            alone = PanelLinear(weight[:, col:col + width], bias[col:col + width], quantize, isa)  # int8: same column scales
+            assert torch.equal(together[:, col:col + width], alone(x[:rows])), (rows, col)
 
 
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):

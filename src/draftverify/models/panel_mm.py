@@ -6,10 +6,10 @@ by that stream, so their cost ratio r should stay near 1. torch's float32 kernel
 not get there for 2-32 rows; ``csrc/panel_mm.cpp`` does, in two instruction sets: AVX2/FMA (up to
 six rows per pass over a 16-column panel in registers) and, where the CPU has it, AVX-512F (float32:
 up to 14 rows per pass over a 32-column panel, two registers a row; int8: up to 24 rows per pass
-over a 16-column panel; up to six rows read two to four panels side by side, each from its own
-part of the weights, as one core streams several sequential reads faster than one: a one-token
-call of SmolLM2-135M 20% faster on an Intel Xeon); ``draftverify bench panel-mm`` and
-docs/results/model_cost.md compare them with torch and numpy.
+over a 16-column panel). Few rows read two to four panels side by side (AVX-512: up to six rows,
+AVX2: one or two), each from its own part of the weights, as one core streams several sequential
+reads faster than one (a one-token call of SmolLM2-135M 20% faster on an Intel Xeon).
+``draftverify bench panel-mm`` and docs/results/model_cost.md compare them with torch and numpy.
 
 One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the
 real target's five shapes (one thread, CPU clock, AMD Zen 4 under load; model_cost.md), the AVX-512

@@ -20,9 +20,9 @@
 //   AVX2 path keeps 16 columns: a 32-column block of four rows would need all 16 of its registers.
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
 // weights ahead are prefetched while these are consumed (not by the AVX-512 float32 blocks of one or
-// two rows: kPrefetches512). On the AVX-512 path up to six rows read two to four panels side by side,
-// each from its own part of the weights: one core streams several sequential reads faster than one
-// (product512). Panels are shared among threads by at::parallel_for.
+// two rows: kPrefetches512). Few rows read two to four panels side by side (AVX-512: up to six rows;
+// AVX2: one or two), each from its own part of the weights: one core streams several sequential reads
+// faster than one (product_panels). Panels are shared among threads by at::parallel_for.
 //
 // Built with -mavx2 -mfma -fopenmp by draftverify.models.panel_mm at first use.
 
@@ -53,6 +53,7 @@ namespace {
 constexpr int64_t kPanel = 16;  // columns of an AVX2 panel (two ymm), of an AVX-512 int8 or block-format one (a zmm)
 constexpr int64_t kWide = 32;  // columns of an AVX-512 float32 panel (two zmm)
 constexpr int64_t kMaxRows = 6;
+constexpr int kMaxStreams = 4;  // panels a block reads side by side, at most (product_panels)
 constexpr int64_t kPrefetch = 1024;  // bytes of W ahead of the ones being read (AVX2)
 
 inline void load_weights(const float* w, __m256& w0, __m256& w1) {
@@ -78,66 +79,92 @@ inline void prefetch_ahead(const W* w, int64_t k) {
     _mm_prefetch(ahead, _MM_HINT_T0);
 }
 
-// Rows of x (stride ldx) times one panel w [K, 16]: R rows, U accumulator sets over k.
-template <int R, int U, typename W>
-void panel_block(const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo, int64_t cols,
-                 const float* scale, const float* bias) {
-  __m256 acc[U][R][2];
+// One panel as a block reads it: its weights, where its columns go (the block's first row), how many
+// of its columns are real (the last panel's may be fewer), the scales and bias of those columns.
+template <typename Weights>
+struct Panel {
+  Weights w;  // const float* or const int8_t* [K, width], or a BlockPanel
+  float* out;
+  int64_t cols;
+  const float* scale;  // or nullptr
+  const float* bias;  // or nullptr
+};
+
+// Rows of x (stride ldx) times S panels p[s].w [K, 16]: R rows, U accumulator sets over k; S > 1 reads
+// S panels side by side, each the next of its own stream (product_panels below).
+template <int R, int U, int S, typename W>
+void panel_block(const float* x, int64_t ldx, const Panel<const W*>* p, int64_t K, int64_t ldo) {
+  __m256 acc[U][R][S][2];
   UNROLL for (int u = 0; u < U; ++u)
-    UNROLL for (int r = 0; r < R; ++r) acc[u][r][0] = acc[u][r][1] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int s = 0; s < S; ++s) acc[u][r][s][0] = acc[u][r][s][1] = _mm256_setzero_ps();
+  const W* w[S];
+  UNROLL for (int s = 0; s < S; ++s) w[s] = p[s].w;
   int64_t k = 0;
   for (; k + U <= K; k += U) {
-    prefetch_ahead<kPrefetch, U>(w, k);
-    UNROLL for (int u = 0; u < U; ++u) {
+    UNROLL for (int s = 0; s < S; ++s) prefetch_ahead<kPrefetch, U>(w[s], k);
+    UNROLL for (int u = 0; u < U; ++u)
+      UNROLL for (int s = 0; s < S; ++s) {
+        __m256 w0, w1;
+        load_weights(w[s] + (k + u) * kPanel, w0, w1);
+        UNROLL for (int r = 0; r < R; ++r) {
+          const __m256 a = _mm256_broadcast_ss(x + r * ldx + k + u);
+          acc[u][r][s][0] = _mm256_fmadd_ps(a, w0, acc[u][r][s][0]);
+          acc[u][r][s][1] = _mm256_fmadd_ps(a, w1, acc[u][r][s][1]);
+        }
+      }
+  }
+  for (; k < K; ++k)
+    UNROLL for (int s = 0; s < S; ++s) {
       __m256 w0, w1;
-      load_weights(w + (k + u) * kPanel, w0, w1);
+      load_weights(w[s] + k * kPanel, w0, w1);
       UNROLL for (int r = 0; r < R; ++r) {
-        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k + u);
-        acc[u][r][0] = _mm256_fmadd_ps(a, w0, acc[u][r][0]);
-        acc[u][r][1] = _mm256_fmadd_ps(a, w1, acc[u][r][1]);
+        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+        acc[0][r][s][0] = _mm256_fmadd_ps(a, w0, acc[0][r][s][0]);
+        acc[0][r][s][1] = _mm256_fmadd_ps(a, w1, acc[0][r][s][1]);
       }
     }
-  }
-  for (; k < K; ++k) {
-    __m256 w0, w1;
-    load_weights(w + k * kPanel, w0, w1);
-    UNROLL for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
-      acc[0][r][0] = _mm256_fmadd_ps(a, w0, acc[0][r][0]);
-      acc[0][r][1] = _mm256_fmadd_ps(a, w1, acc[0][r][1]);
-    }
-  }
   UNROLL for (int u = 1; u < U; ++u)
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int s = 0; s < S; ++s) {
+        acc[0][r][s][0] = _mm256_add_ps(acc[0][r][s][0], acc[u][r][s][0]);
+        acc[0][r][s][1] = _mm256_add_ps(acc[0][r][s][1], acc[u][r][s][1]);
+      }
+  UNROLL for (int s = 0; s < S; ++s)
     UNROLL for (int r = 0; r < R; ++r) {
-      acc[0][r][0] = _mm256_add_ps(acc[0][r][0], acc[u][r][0]);
-      acc[0][r][1] = _mm256_add_ps(acc[0][r][1], acc[u][r][1]);
+      alignas(32) float row[kPanel];
+      __m256 lo = acc[0][r][s][0], hi = acc[0][r][s][1];
+      if (p[s].scale != nullptr) {
+        lo = _mm256_mul_ps(lo, _mm256_loadu_ps(p[s].scale));
+        hi = _mm256_mul_ps(hi, _mm256_loadu_ps(p[s].scale + 8));
+      }
+      _mm256_store_ps(row, lo);
+      _mm256_store_ps(row + 8, hi);
+      if (p[s].bias != nullptr)
+        for (int64_t c = 0; c < p[s].cols; ++c) row[c] += p[s].bias[c];
+      std::memcpy(p[s].out + r * ldo, row, p[s].cols * sizeof(float));
     }
-  UNROLL for (int r = 0; r < R; ++r) {
-    alignas(32) float row[kPanel];
-    __m256 lo = acc[0][r][0], hi = acc[0][r][1];
-    if (scale != nullptr) {
-      lo = _mm256_mul_ps(lo, _mm256_loadu_ps(scale));
-      hi = _mm256_mul_ps(hi, _mm256_loadu_ps(scale + 8));
-    }
-    _mm256_store_ps(row, lo);
-    _mm256_store_ps(row + 8, hi);
-    if (bias != nullptr)
-      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
-    std::memcpy(out + r * ldo, row, cols * sizeof(float));
-  }
 }
 
+// Panels side by side on the AVX2 path: one row reads four (8 accumulators beside a broadcast, the
+// weights folded into the multiply-adds), two rows two; more rows fill the 16 registers alone.
+constexpr int panels2(int R) { return R == 1 ? 4 : R == 2 ? 2 : 1; }
+
+// accumulator sets over k for R rows on the AVX2 path: at least 8 FMA chains counting the panels side
+// by side (one set for one and two rows), then as many as the registers hold
+constexpr int sets2(int R) { return R == 3 ? 2 : 1; }
+
 template <typename W>
-void rows_block(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
-                int64_t cols, const float* scale, const float* bias) {
-  switch (rows) {
-    case 1: return panel_block<1, 4>(x, ldx, w, K, out, ldo, cols, scale, bias);
-    case 2: return panel_block<2, 2>(x, ldx, w, K, out, ldo, cols, scale, bias);
-    case 3: return panel_block<3, 2>(x, ldx, w, K, out, ldo, cols, scale, bias);
-    case 4: return panel_block<4, 1>(x, ldx, w, K, out, ldo, cols, scale, bias);
-    case 5: return panel_block<5, 1>(x, ldx, w, K, out, ldo, cols, scale, bias);
-    default: return panel_block<6, 1>(x, ldx, w, K, out, ldo, cols, scale, bias);
-  }
+using Block2 = void (*)(const float*, int64_t, const Panel<const W*>*, int64_t, int64_t);
+
+template <typename W, std::size_t... I>
+constexpr std::array<Block2<W>, sizeof...(I)> blocks2(std::index_sequence<I...>) {
+  return {&panel_block<I + 1, sets2(I + 1), 1, W>...};  // entry R - 1: R rows
+}
+
+template <typename W, std::size_t... I>
+constexpr std::array<Block2<W>, sizeof...(I)> side_by_side2(std::index_sequence<I...>) {
+  return {&panel_block<I + 1, sets2(I + 1), panels2(I + 1), W>...};  // entry R - 1: R rows
 }
 
 // What one product reads and writes (the op's arguments as pointers).
@@ -151,11 +178,6 @@ struct Product {
   const float* bias;  // [N] or nullptr
   float* out;  // [M, N]
 };
-
-// The product of rows [0, rows) of x and one panel, in one instruction set (rows at most its maximum).
-template <typename W>
-using RowsBlock = void (*)(int64_t rows, const float* x, int64_t ldx, const W* w, int64_t K, float* out, int64_t ldo,
-                           int64_t cols, const float* scale, const float* bias);
 
 // run(first row, rows) over M rows in blocks of max_rows rows, the last one the rest. The first block
 // over a panel streams it from memory and the later ones read it from L2, so the first holds as many
@@ -171,19 +193,6 @@ inline void row_blocks(int64_t M, int64_t max_rows, Run run) {
     const int64_t rows = std::min(max_rows, M - row);
     run(row, rows);
     row += rows;
-  }
-}
-
-// Panels [begin, end) of width columns for all rows, in the blocks of row_blocks.
-template <typename W>
-void panels(const Product<W>& a, int64_t begin, int64_t end, int64_t width, int64_t max_rows, RowsBlock<W> block) {
-  for (int64_t p = begin; p < end; ++p) {
-    const int64_t col = p * width, cols = std::min(width, a.N - col);
-    const float* s = a.scales == nullptr ? nullptr : a.scales + col;
-    const float* b = a.bias == nullptr ? nullptr : a.bias + col;
-    row_blocks(a.M, max_rows, [&](int64_t row, int64_t rows) {
-      block(rows, a.x + row * a.K, a.K, a.panels + p * a.K * width, a.K, a.out + row * a.N + col, a.N, cols, s, b);
-    });
   }
 }
 
@@ -248,9 +257,8 @@ constexpr bool kPrefetches512 = !(std::is_same_v<W, float> && R <= 2);
 // one thread, a one-row product over 200 cycled 576 x 1536 float32 matrices: 9.8-11.5 GB/s as one
 // stream, 12.8-13.1 as four, 13.2-13.8 as six or eight; its copy bandwidth 11-13 GB/s). A product of
 // up to kStreamRows rows reads panels512(R) panels side by side, each from its own part of the
-// weights (product512 below): as many as the registers hold beside the R rows' accumulators.
+// weights (product_panels below): as many as the registers hold beside the R rows' accumulators.
 constexpr int kStreamRows = 6;
-constexpr int kMaxStreams = 4;
 constexpr int panels512(int R) { return R <= 2 ? 4 : R == 3 ? 3 : R <= kStreamRows ? 2 : 1; }
 
 // accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per
@@ -285,18 +293,9 @@ inline __m512 load_weights512(const int8_t* w) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))));
 }
 
-// One panel as a block reads it: its weights, where its columns go (the block's first row), how many
-// of its columns are real (the last panel's may be fewer), the scales and bias of those columns.
-template <typename Weights>
-struct Panel {
-  Weights w;  // const float* or const int8_t* [K, width], or a BlockPanel
-  float* out;
-  int64_t cols;
-  const float* scale;  // or nullptr
-  const float* bias;  // or nullptr
-};
-
 // out (+ stride ldo a row) = v (* scale) (+ bias) for the first n of 16 columns (scales are padded).
+// Scale and bias as one explicit FMA: a multiply and an add the compiler may contract in one block
+// and not in another would give a row other bits in another block (GCC contracts vector arithmetic).
 inline void store_columns512(const __m512* v, int R, int64_t ldo, float* out, int64_t n, const float* scale,
                              const float* bias) {
   const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
@@ -304,15 +303,19 @@ inline void store_columns512(const __m512* v, int R, int64_t ldo, float* out, in
   const __m512 b = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias);
   for (int r = 0; r < R; ++r) {
     __m512 o = v[r];
-    if (scale != nullptr) o = _mm512_mul_ps(o, s);
-    if (bias != nullptr) o = _mm512_add_ps(o, b);
+    if (scale != nullptr && bias != nullptr)
+      o = _mm512_fmadd_ps(o, s, b);
+    else if (scale != nullptr)
+      o = _mm512_mul_ps(o, s);
+    else if (bias != nullptr)
+      o = _mm512_add_ps(o, b);
     _mm512_mask_storeu_ps(out + r * ldo, mask, o);
   }
 }
 
 // Rows of x (stride ldx) times S panels p[s].w [K, kWidth512<W>]: R rows, U accumulator sets over k,
 // a zmm for each 16 columns of each panel: S > 1 reads S panels side by side, each the next of its own
-// stream (product512 below).
+// stream (product_panels below).
 template <int R, int U, int S, typename W>
 void panel_block512(const float* x, int64_t ldx, const Panel<const W*>* p, int64_t K, int64_t ldo) {
   constexpr int64_t width = kWidth512<W>;
@@ -615,16 +618,16 @@ void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_
   });
 }
 
-// The panels [begin, end) of an AVX-512 product for M rows of x [M, K] (out [M, ldo]). Up to
-// kStreamRows rows read S = panels512(M) panels side by side (side[M - 1]): the range in S equal
-// contiguous parts, each pass the next panel of every part, so each part is one sequential stream; the
-// fewer than S panels left run one by one (blocks[M - 1]). More rows run panel by panel in the blocks
-// of row_blocks. panel(p, row) is panel p as a block from row `row` reads it.
+// The panels [begin, end) of a product for M rows of x [M, K] (out [M, ldo]). M rows up to side's
+// size read S = streams(M) panels side by side (side[M - 1]): the range in S equal contiguous parts,
+// each pass the next panel of every part, so each part is one sequential stream; the fewer than S
+// panels left run one by one (blocks[M - 1]). More rows run panel by panel in the blocks of
+// row_blocks. panel(p, row) is panel p as a block from row `row` reads it.
 template <typename Weights, typename Blocks, typename Side, typename Make>
-void product512(int64_t begin, int64_t end, int64_t M, const float* x, int64_t K, int64_t ldo, const Blocks& blocks,
-                const Side& side, Make panel) {
-  if (M <= kStreamRows) {
-    const int S = panels512(static_cast<int>(M));
+void product_panels(int64_t begin, int64_t end, int64_t M, const float* x, int64_t K, int64_t ldo, const Blocks& blocks,
+                    const Side& side, int (*streams)(int), Make panel) {
+  if (M <= static_cast<int64_t>(side.size())) {
+    const int S = streams(static_cast<int>(M));
     const int64_t part = (end - begin) / S;
     for (int64_t i = 0; i < part; ++i) {
       Panel<Weights> each[kMaxStreams];
@@ -641,13 +644,13 @@ void product512(int64_t begin, int64_t end, int64_t M, const float* x, int64_t K
 }
 
 // out [M, N] = x [M, K] @ W (+ bias) for W in a block format, panels shared among threads, as
-// product512 reads them (blocks of at most 14 rows, as the float32 AVX-512 product).
+// product_panels reads them (blocks of at most 14 rows, as the float32 AVX-512 product).
 template <int Bits>
 void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
   static constexpr auto blocks = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
   static constexpr auto side = block_side_by_side512<Bits>(std::make_index_sequence<kStreamRows>());
   block_panels(K, N, [&](int64_t begin, int64_t end) {
-    product512<BlockPanel<Bits>>(begin, end, M, x, K, N, blocks, side, [&](int64_t p, int64_t row) {
+    product_panels<BlockPanel<Bits>>(begin, end, M, x, K, N, blocks, side, &panels512, [&](int64_t p, int64_t row) {
       const int64_t col = p * kPanel;
       return Panel<BlockPanel<Bits>>{block_panel(w, K, p), out + row * N + col, std::min(kPanel, N - col), nullptr,
                                      bias == nullptr ? nullptr : bias + col};
@@ -667,15 +670,20 @@ template <typename W>
 void panel_mm_impl(const Product<W>& a, bool avx512) {
   static constexpr auto blocks = blocks512<W>(std::make_index_sequence<kRows512<W>>());
   static constexpr auto side = side_by_side512<W>(std::make_index_sequence<kStreamRows>());
+  static constexpr auto blocks_avx2 = blocks2<W>(std::make_index_sequence<kMaxRows>());
+  static constexpr auto side_avx2 = side_by_side2<W>(std::make_index_sequence<2>());
   const int64_t width = panel_width<W>(avx512), count = (a.N + width - 1) / width;
   const int64_t grain = std::max<int64_t>(1, 131072 / (width * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
-    if (!avx512) return panels(a, begin, end, width, kMaxRows, &rows_block<W>);
-    product512<const W*>(begin, end, a.M, a.x, a.K, a.N, blocks, side, [&](int64_t p, int64_t row) {
+    const auto panel = [&](int64_t p, int64_t row) {
       const int64_t col = p * width;
       return Panel<const W*>{a.panels + p * a.K * width, a.out + row * a.N + col, std::min(width, a.N - col),
                              a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
-    });
+    };
+    if (avx512)
+      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.N, blocks, side, &panels512, panel);
+    else
+      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.N, blocks_avx2, side_avx2, &panels2, panel);
   });
 }
 
