@@ -90,6 +90,10 @@ struct Panel {
   const float* bias;  // or nullptr
 };
 
+// A block: R rows of x (stride ldx) times S panels, its instantiation's R and S (x, ldx, panels, K, ldo).
+template <typename Weights>
+using Block = void (*)(const float*, int64_t, const Panel<Weights>*, int64_t, int64_t);
+
 // Rows of x (stride ldx) times S panels p[s].w [K, 16]: R rows, U accumulator sets over k; S > 1 reads
 // S panels side by side, each the next of its own stream (product_panels below).
 template <int R, int U, int S, typename W>
@@ -148,23 +152,17 @@ void panel_block(const float* x, int64_t ldx, const Panel<const W*>* p, int64_t 
 
 // Panels side by side on the AVX2 path: one row reads four (8 accumulators beside a broadcast, the
 // weights folded into the multiply-adds), two rows two; more rows fill the 16 registers alone.
+constexpr int kStreamRows2 = 2;
 constexpr int panels2(int R) { return R == 1 ? 4 : R == 2 ? 2 : 1; }
 
 // accumulator sets over k for R rows on the AVX2 path: at least 8 FMA chains counting the panels side
 // by side (one set for one and two rows), then as many as the registers hold
 constexpr int sets2(int R) { return R == 3 ? 2 : 1; }
 
-template <typename W>
-using Block2 = void (*)(const float*, int64_t, const Panel<const W*>*, int64_t, int64_t);
-
-template <typename W, std::size_t... I>
-constexpr std::array<Block2<W>, sizeof...(I)> blocks2(std::index_sequence<I...>) {
-  return {&panel_block<I + 1, sets2(I + 1), 1, W>...};  // entry R - 1: R rows
-}
-
-template <typename W, std::size_t... I>
-constexpr std::array<Block2<W>, sizeof...(I)> side_by_side2(std::index_sequence<I...>) {
-  return {&panel_block<I + 1, sets2(I + 1), panels2(I + 1), W>...};  // entry R - 1: R rows
+// The AVX2 blocks by rows (entry R - 1: R rows), each on one panel or (Side) on panels2(R) side by side.
+template <typename W, bool Side, std::size_t... I>
+constexpr std::array<Block<const W*>, sizeof...(I)> blocks2(std::index_sequence<I...>) {
+  return {&panel_block<I + 1, sets2(I + 1), Side ? panels2(I + 1) : 1, W>...};
 }
 
 // What one product reads and writes (the op's arguments as pointers).
@@ -365,17 +363,10 @@ void panel_block512(const float* x, int64_t ldx, const Panel<const W*>* p, int64
     }
 }
 
-template <typename W>
-using Block512 = void (*)(const float*, int64_t, const Panel<const W*>*, int64_t, int64_t);
-
-template <typename W, std::size_t... I>
-constexpr std::array<Block512<W>, sizeof...(I)> blocks512(std::index_sequence<I...>) {
-  return {&panel_block512<I + 1, sets512(I + 1), 1, W>...};  // entry R - 1: R rows
-}
-
-template <typename W, std::size_t... I>
-constexpr std::array<Block512<W>, sizeof...(I)> side_by_side512(std::index_sequence<I...>) {
-  return {&panel_block512<I + 1, sets512(I + 1), panels512(I + 1), W>...};  // entry R - 1: R rows
+// The AVX-512 blocks by rows (entry R - 1: R rows), each on one panel or (Side) on panels512(R) side by side.
+template <typename W, bool Side, std::size_t... I>
+constexpr std::array<Block<const W*>, sizeof...(I)> blocks512(std::index_sequence<I...>) {
+  return {&panel_block512<I + 1, sets512(I + 1), Side ? panels512(I + 1) : 1, W>...};
 }
 
 // GGML's block formats along k (blocks of 32 k-steps of one column, one float16 scale d each):
@@ -456,17 +447,10 @@ void block_panel512(const float* x, int64_t ldx, const Panel<BlockPanel<Bits>>* 
   }
 }
 
-template <int Bits>
-using BlockRows = void (*)(const float*, int64_t, const Panel<BlockPanel<Bits>>*, int64_t, int64_t);
-
-template <int Bits, std::size_t... I>
-constexpr std::array<BlockRows<Bits>, sizeof...(I)> block_table512(std::index_sequence<I...>) {
-  return {&block_panel512<I + 1, sets512(I + 1), 1, Bits>...};  // entry R - 1: R rows
-}
-
-template <int Bits, std::size_t... I>
-constexpr std::array<BlockRows<Bits>, sizeof...(I)> block_side_by_side512(std::index_sequence<I...>) {
-  return {&block_panel512<I + 1, sets512(I + 1), panels512(I + 1), Bits>...};  // entry R - 1: R rows
+// The block-format blocks by rows, as blocks512.
+template <int Bits, bool Side, std::size_t... I>
+constexpr std::array<Block<BlockPanel<Bits>>, sizeof...(I)> block_table512(std::index_sequence<I...>) {
+  return {&block_panel512<I + 1, sets512(I + 1), Side ? panels512(I + 1) : 1, Bits>...};
 }
 
 #pragma GCC pop_options
@@ -647,8 +631,8 @@ void product_panels(int64_t begin, int64_t end, int64_t M, const float* x, int64
 // product_panels reads them (blocks of at most 14 rows, as the float32 AVX-512 product).
 template <int Bits>
 void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
-  static constexpr auto blocks = block_table512<Bits>(std::make_index_sequence<kMaxRows512>());
-  static constexpr auto side = block_side_by_side512<Bits>(std::make_index_sequence<kStreamRows>());
+  static constexpr auto blocks = block_table512<Bits, false>(std::make_index_sequence<kMaxRows512>());
+  static constexpr auto side = block_table512<Bits, true>(std::make_index_sequence<kStreamRows>());
   block_panels(K, N, [&](int64_t begin, int64_t end) {
     product_panels<BlockPanel<Bits>>(begin, end, M, x, K, N, blocks, side, &panels512, [&](int64_t p, int64_t row) {
       const int64_t col = p * kPanel;
@@ -668,10 +652,10 @@ int64_t panel_width(bool avx512) { return avx512 ? kWidth512<W> : kPanel; }
 
 template <typename W>
 void panel_mm_impl(const Product<W>& a, bool avx512) {
-  static constexpr auto blocks = blocks512<W>(std::make_index_sequence<kRows512<W>>());
-  static constexpr auto side = side_by_side512<W>(std::make_index_sequence<kStreamRows>());
-  static constexpr auto blocks_avx2 = blocks2<W>(std::make_index_sequence<kMaxRows>());
-  static constexpr auto side_avx2 = side_by_side2<W>(std::make_index_sequence<2>());
+  static constexpr auto blocks = blocks512<W, false>(std::make_index_sequence<kRows512<W>>());
+  static constexpr auto side = blocks512<W, true>(std::make_index_sequence<kStreamRows>());
+  static constexpr auto blocks_avx2 = blocks2<W, false>(std::make_index_sequence<kMaxRows>());
+  static constexpr auto side_avx2 = blocks2<W, true>(std::make_index_sequence<kStreamRows2>());
   const int64_t width = panel_width<W>(avx512), count = (a.N + width - 1) / width;
   const int64_t grain = std::max<int64_t>(1, 131072 / (width * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
