@@ -90,9 +90,10 @@ struct Panel {
   const float* bias;  // or nullptr
 };
 
-// A block: R rows of x (stride ldx) times S panels, its instantiation's R and S (x, ldx, panels, K, ldo).
-template <typename Weights>
-using Block = void (*)(const float*, int64_t, const Panel<Weights>*, int64_t, int64_t);
+// A block: R rows of x (stride ldx) times S panels, its instantiation's R and S (x, ldx, panels, K, ldo);
+// x float32 activations, or one Q8Row a row (the 8-bit activation product).
+template <typename Weights, typename X = float>
+using Block = void (*)(const X*, int64_t, const Panel<Weights>*, int64_t, int64_t);
 
 // Rows of x (stride ldx) times S panels p[s].w [K, 16]: R rows, U accumulator sets over k; S > 1 reads
 // S panels side by side, each the next of its own stream (product_panels below).
@@ -480,54 +481,61 @@ struct Q8Row {
   const int32_t* minus;
 };
 
-template <int R, int Bits>
-void q8_panel512(const Q8Row* rows, BlockPanel<Bits> w, int64_t K, float* out, int64_t ldo, int64_t cols, const float* bias) {
+// Rows rows[0..R) times S panels p[s].w, the panels one after the other per block of 32 k-steps.
+template <int R, int S, int Bits>
+void q8_panel512(const Q8Row* rows, int64_t, const Panel<BlockPanel<Bits>>* p, int64_t K, int64_t ldo) {
   constexpr int64_t code_bytes = kBlock * kPanel * Bits / 8;  // per block
-  __m512 acc[R];
-  UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < K / kBlock; ++b) {
-    const uint8_t* codes = w.codes + b * code_bytes;
-    for (int64_t line = 0; line < code_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetch512 + line, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w.scales + (b + 8) * kPanel), _MM_HINT_T0);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + b * kPanel)));
-    __m512i wq[8];
-    __m512 mw = _mm512_setzero_ps();
-    if constexpr (Bits == 4) {
-      _mm_prefetch(reinterpret_cast<const char*>(w.offsets + (b + 8) * kPanel), _MM_HINT_T0);
-      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.offsets + b * kPanel)));
-      UNROLL for (int g = 0; g < 4; ++g) {
-        const __m512i v = _mm512_loadu_si512(codes + 64 * g);
-        wq[g] = _mm512_and_si512(v, nibble);
-        wq[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-      }
-    } else {
-      UNROLL for (int g = 0; g < 8; ++g) wq[g] = _mm512_loadu_si512(codes + 64 * g);
-    }
-    UNROLL for (int r = 0; r < R; ++r) {
-      const int8_t* x = rows[r].q + b * kBlock;
-      __m512i sum = Bits == 4 ? _mm512_setzero_si512() : _mm512_set1_epi32(rows[r].minus[b]);
-      UNROLL for (int g = 0; g < 8; ++g) {
-        int32_t four;
-        std::memcpy(&four, x + 4 * g, 4);
-        sum = _mm512_dpbusd_epi32(sum, wq[g], _mm512_set1_epi32(four));
-      }
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(rows[r].d[b])), acc[r]);
-      if constexpr (Bits == 4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(rows[r].s[b]), acc[r]);
-    }
-  }
-  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
-  const __m512 bv = bias == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, bias);
+  __m512 acc[R][S];
   UNROLL for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(out + r * ldo, mask, bias == nullptr ? acc[r] : _mm512_add_ps(acc[r], bv));
+    UNROLL for (int s = 0; s < S; ++s) acc[r][s] = _mm512_setzero_ps();
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < K / kBlock; ++b)
+    UNROLL for (int s = 0; s < S; ++s) {
+      const BlockPanel<Bits>& w = p[s].w;
+      const uint8_t* codes = w.codes + b * code_bytes;
+      for (int64_t line = 0; line < code_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetch512 + line, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w.scales + (b + 8) * kPanel), _MM_HINT_T0);
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + b * kPanel)));
+      __m512i wq[8];
+      __m512 mw = _mm512_setzero_ps();
+      if constexpr (Bits == 4) {
+        _mm_prefetch(reinterpret_cast<const char*>(w.offsets + (b + 8) * kPanel), _MM_HINT_T0);
+        mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.offsets + b * kPanel)));
+        UNROLL for (int g = 0; g < 4; ++g) {
+          const __m512i v = _mm512_loadu_si512(codes + 64 * g);
+          wq[g] = _mm512_and_si512(v, nibble);
+          wq[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        }
+      } else {
+        UNROLL for (int g = 0; g < 8; ++g) wq[g] = _mm512_loadu_si512(codes + 64 * g);
+      }
+      UNROLL for (int r = 0; r < R; ++r) {
+        const int8_t* x = rows[r].q + b * kBlock;
+        __m512i sum = Bits == 4 ? _mm512_setzero_si512() : _mm512_set1_epi32(rows[r].minus[b]);
+        UNROLL for (int g = 0; g < 8; ++g) {
+          int32_t four;
+          std::memcpy(&four, x + 4 * g, 4);
+          sum = _mm512_dpbusd_epi32(sum, wq[g], _mm512_set1_epi32(four));
+        }
+        acc[r][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(rows[r].d[b])), acc[r][s]);
+        if constexpr (Bits == 4) acc[r][s] = _mm512_fmadd_ps(mw, _mm512_set1_ps(rows[r].s[b]), acc[r][s]);
+      }
+    }
+  UNROLL for (int s = 0; s < S; ++s) {
+    __m512 v[R];
+    UNROLL for (int r = 0; r < R; ++r) v[r] = acc[r][s];
+    store_columns512(v, R, ldo, p[s].out, p[s].cols, nullptr, p[s].bias);
+  }
 }
 
-template <int Bits>
-using Q8Rows = void (*)(const Q8Row*, BlockPanel<Bits>, int64_t, float*, int64_t, int64_t, const float*);
+// Panels side by side for the 8-bit activation product: one row four, two rows two.
+constexpr int kStreamRowsQ8 = 2;
+constexpr int panelsQ8(int R) { return R == 1 ? 4 : R == 2 ? 2 : 1; }
 
-template <int Bits, std::size_t... I>
-constexpr std::array<Q8Rows<Bits>, sizeof...(I)> q8_table512(std::index_sequence<I...>) {
-  return {&q8_panel512<I + 1, Bits>...};  // entry R - 1: R rows
+// Its blocks by rows, as blocks512.
+template <int Bits, bool Side, std::size_t... I>
+constexpr std::array<Block<BlockPanel<Bits>, Q8Row>, sizeof...(I)> q8_table512(std::index_sequence<I...>) {
+  return {&q8_panel512<I + 1, Side ? panelsQ8(I + 1) : 1, Bits>...};
 }
 
 #pragma GCC pop_options
@@ -586,45 +594,46 @@ void block_panels(int64_t K, int64_t N, Run run) {
   at::parallel_for(0, (N + kPanel - 1) / kPanel, std::max<int64_t>(1, 8192 / K), run);
 }
 
-template <int Bits>
-void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
-  static constexpr auto table = q8_table512<Bits>(std::make_index_sequence<kMaxRowsQ8>());
-  const Q8Activations a(x, M, K);
-  std::vector<Q8Row> rows(M);
-  for (int64_t m = 0; m < M; ++m) rows[m] = a.row(m, K);
-  block_panels(K, N, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = p * kPanel, cols = std::min(kPanel, N - col);
-      row_blocks(M, kMaxRowsQ8, [&](int64_t row, int64_t n) {
-        table[n - 1](rows.data() + row, block_panel(w, K, p), K, out + row * N + col, N, cols, bias == nullptr ? nullptr : bias + col);
-      });
-    }
-  });
-}
-
-// The panels [begin, end) of a product for M rows of x [M, K] (out [M, ldo]). M rows up to side's
+// The panels [begin, end) of a product for M rows of x (stride ldx: K floats, or one Q8Row) (out [M, ldo]). M rows up to side's
 // size read S = streams(M) panels side by side (side[M - 1]): the range in S equal contiguous parts,
 // each pass the next panel of every part, so each part is one sequential stream; the fewer than S
 // panels left run one by one (blocks[M - 1]). More rows run panel by panel in the blocks of
 // row_blocks. panel(p, row) is panel p as a block from row `row` reads it.
-template <typename Weights, typename Blocks, typename Side, typename Make>
-void product_panels(int64_t begin, int64_t end, int64_t M, const float* x, int64_t K, int64_t ldo, const Blocks& blocks,
-                    const Side& side, int (*streams)(int), Make panel) {
+template <typename Weights, typename X, typename Blocks, typename Side, typename Make>
+void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t ldx, int64_t K, int64_t ldo,
+                    const Blocks& blocks, const Side& side, int (*streams)(int), Make panel) {
   if (M <= static_cast<int64_t>(side.size())) {
     const int S = streams(static_cast<int>(M));
     const int64_t part = (end - begin) / S;
     for (int64_t i = 0; i < part; ++i) {
       Panel<Weights> each[kMaxStreams];
       for (int s = 0; s < S; ++s) each[s] = panel(begin + s * part + i, 0);
-      side[M - 1](x, K, each, K, ldo);
+      side[M - 1](x, ldx, each, K, ldo);
     }
     begin += S * part;
   }
   for (int64_t p = begin; p < end; ++p)
     row_blocks(M, static_cast<int64_t>(blocks.size()), [&](int64_t row, int64_t rows) {
       const Panel<Weights> one = panel(p, row);
-      blocks[rows - 1](x + row * K, K, &one, K, ldo);
+      blocks[rows - 1](x + row * ldx, ldx, &one, K, ldo);
     });
+}
+
+// out [M, N] = x [M, K] rounded to 8 bits @ W (+ bias) for W in a block format, as product_panels reads it.
+template <int Bits>
+void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
+  static constexpr auto blocks = q8_table512<Bits, false>(std::make_index_sequence<kMaxRowsQ8>());
+  static constexpr auto side = q8_table512<Bits, true>(std::make_index_sequence<kStreamRowsQ8>());
+  const Q8Activations a(x, M, K);
+  std::vector<Q8Row> rows(M);
+  for (int64_t m = 0; m < M; ++m) rows[m] = a.row(m, K);
+  block_panels(K, N, [&](int64_t begin, int64_t end) {
+    product_panels<BlockPanel<Bits>>(begin, end, M, rows.data(), 1, K, N, blocks, side, &panelsQ8, [&](int64_t p, int64_t row) {
+      const int64_t col = p * kPanel;
+      return Panel<BlockPanel<Bits>>{block_panel(w, K, p), out + row * N + col, std::min(kPanel, N - col), nullptr,
+                                     bias == nullptr ? nullptr : bias + col};
+    });
+  });
 }
 
 // out [M, N] = x [M, K] @ W (+ bias) for W in a block format, panels shared among threads, as
@@ -634,7 +643,7 @@ void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int
   static constexpr auto blocks = block_table512<Bits, false>(std::make_index_sequence<kMaxRows512>());
   static constexpr auto side = block_table512<Bits, true>(std::make_index_sequence<kStreamRows>());
   block_panels(K, N, [&](int64_t begin, int64_t end) {
-    product_panels<BlockPanel<Bits>>(begin, end, M, x, K, N, blocks, side, &panels512, [&](int64_t p, int64_t row) {
+    product_panels<BlockPanel<Bits>>(begin, end, M, x, K, K, N, blocks, side, &panels512, [&](int64_t p, int64_t row) {
       const int64_t col = p * kPanel;
       return Panel<BlockPanel<Bits>>{block_panel(w, K, p), out + row * N + col, std::min(kPanel, N - col), nullptr,
                                      bias == nullptr ? nullptr : bias + col};
@@ -665,9 +674,9 @@ void panel_mm_impl(const Product<W>& a, bool avx512) {
                              a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
     };
     if (avx512)
-      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.N, blocks, side, &panels512, panel);
+      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks, side, &panels512, panel);
     else
-      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.N, blocks_avx2, side_avx2, &panels2, panel);
+      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks_avx2, side_avx2, &panels2, panel);
   });
 }
 
