@@ -581,11 +581,17 @@ struct Q8Activations {
   }
 };
 
-// Panel p of a block-format W [K, N] (16 columns a panel).
+// panel(p, row) of product_panels for a block-format W [K, N] (16 columns a panel) into out [M, N] (+ bias).
 template <int Bits>
-BlockPanel<Bits> block_panel(BlockPanel<Bits> w, int64_t K, int64_t p) {
+auto block_panel(BlockPanel<Bits> w, int64_t K, int64_t N, float* out, const float* bias) {
   const int64_t code_bytes = K * kPanel * Bits / 8, scale_count = K / kBlock * kPanel;  // per panel
-  return {w.codes + p * code_bytes, w.scales + p * scale_count, Bits == 4 ? w.offsets + p * scale_count : nullptr};
+  return [=](int64_t p, int64_t row) {
+    const int64_t col = p * kPanel;
+    const BlockPanel<Bits> panel{w.codes + p * code_bytes, w.scales + p * scale_count,
+                                 Bits == 4 ? w.offsets + p * scale_count : nullptr};
+    return Panel<BlockPanel<Bits>>{panel, out + row * N + col, std::min(kPanel, N - col), nullptr,
+                                   bias == nullptr ? nullptr : bias + col};
+  };
 }
 
 // run(begin, end) over ranges of the 16-column panels of a block-format W [K, N], shared among threads.
@@ -594,11 +600,11 @@ void block_panels(int64_t K, int64_t N, Run run) {
   at::parallel_for(0, (N + kPanel - 1) / kPanel, std::max<int64_t>(1, 8192 / K), run);
 }
 
-// The panels [begin, end) of a product for M rows of x (stride ldx: K floats, or one Q8Row) (out [M, ldo]). M rows up to side's
-// size read S = streams(M) panels side by side (side[M - 1]): the range in S equal contiguous parts,
-// each pass the next panel of every part, so each part is one sequential stream; the fewer than S
-// panels left run one by one (blocks[M - 1]). More rows run panel by panel in the blocks of
-// row_blocks. panel(p, row) is panel p as a block from row `row` reads it.
+// The panels [begin, end) of a product for M rows of x (a row every ldx: K floats, or one Q8Row) into
+// out [M, ldo]. M rows up to side's size read S = streams(M) panels side by side (side[M - 1]): the
+// range in S equal contiguous parts, each pass the next panel of every part, so each part is one
+// sequential stream; the fewer than S panels left run one by one (blocks[M - 1]). More rows run panel
+// by panel in the blocks of row_blocks. panel(p, row) is panel p as a block from row `row` reads it.
 template <typename Weights, typename X, typename Blocks, typename Side, typename Make>
 void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t ldx, int64_t K, int64_t ldo,
                     const Blocks& blocks, const Side& side, int (*streams)(int), Make panel) {
@@ -628,11 +634,8 @@ void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_
   std::vector<Q8Row> rows(M);
   for (int64_t m = 0; m < M; ++m) rows[m] = a.row(m, K);
   block_panels(K, N, [&](int64_t begin, int64_t end) {
-    product_panels<BlockPanel<Bits>>(begin, end, M, rows.data(), 1, K, N, blocks, side, &panelsQ8, [&](int64_t p, int64_t row) {
-      const int64_t col = p * kPanel;
-      return Panel<BlockPanel<Bits>>{block_panel(w, K, p), out + row * N + col, std::min(kPanel, N - col), nullptr,
-                                     bias == nullptr ? nullptr : bias + col};
-    });
+    product_panels<BlockPanel<Bits>>(begin, end, M, rows.data(), 1, K, N, blocks, side, &panelsQ8,
+                                     block_panel(w, K, N, out, bias));
   });
 }
 
@@ -643,11 +646,7 @@ void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int
   static constexpr auto blocks = block_table512<Bits, false>(std::make_index_sequence<kMaxRows512>());
   static constexpr auto side = block_table512<Bits, true>(std::make_index_sequence<kStreamRows>());
   block_panels(K, N, [&](int64_t begin, int64_t end) {
-    product_panels<BlockPanel<Bits>>(begin, end, M, x, K, K, N, blocks, side, &panels512, [&](int64_t p, int64_t row) {
-      const int64_t col = p * kPanel;
-      return Panel<BlockPanel<Bits>>{block_panel(w, K, p), out + row * N + col, std::min(kPanel, N - col), nullptr,
-                                     bias == nullptr ? nullptr : bias + col};
-    });
+    product_panels<BlockPanel<Bits>>(begin, end, M, x, K, K, N, blocks, side, &panels512, block_panel(w, K, N, out, bias));
   });
 }
 
