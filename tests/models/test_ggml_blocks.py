@@ -238,6 +238,25 @@ def test_the_vnni_product_computes_the_formula_and_each_row_alone(shape, fmt):
     assert compiled.nbytes == BlockLinear(weight, bias).nbytes  # the same bytes streamed as the float32-activation blocks
 
 
+@needs_avx512
+@pytest.mark.parametrize("activations", ["float32", "int8"])
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
+def test_few_rows_read_block_panels_side_by_side_with_the_bits_of_one_panel_at_a_time(fmt, activations):
+    """As the float32 panels (test_panel_mm): rows read 2 to 4 block panels side by side and run the
+    panels left over alone; each 16 columns' bits are those of a product over those columns alone,
+    for both activation kinds (576 x 200: 13 panels, some left over at every stream count)."""
+    if activations == "int8" and not int8_activations_compiled():
+        pytest.skip("the 8-bit activation product runs on AVX-512 VNNI only")
+    weight, bias = weight_and_bias((576, 200), fmt)
+    linear = BlockLinear(weight, bias, activations)
+    x = torch.randn(6, 576, generator=torch.Generator().manual_seed(12))
+    for rows in range(1, 7):
+        together = linear(x[:rows])
+        for col in range(0, 200, 16):
+            alone = BlockLinear(weight[:, col:col + 16], bias[col:col + 16], activations)
+            assert torch.equal(together[:, col:col + 16], alone(x[:rows])), (rows, col)
+
+
 @needs_vnni
 def test_the_vnni_product_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="activations must be"):
