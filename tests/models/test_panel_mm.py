@@ -17,7 +17,7 @@ import torch
 
 from draftverify.models import panel_mm
 from draftverify.models.gpt2 import Linear
-from draftverify.models.panel_mm import ISAS, PanelLinear, kernel, pack, panel_width, quantize_int8
+from draftverify.models.panel_mm import ISAS, PANEL_WIDTH, PanelLinear, kernel, pack, quantize_int8
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 SMOLLM2 = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]  # [in, out]; vocabulary 49152
@@ -156,11 +156,6 @@ def test_packing_puts_width_columns_per_panel_and_zero_pads_the_last():
     torch.testing.assert_close(panels[1, :, :8], weight[:, 32:])
     assert panels[1, :, 8:].eq(0).all()
     assert pack(weight, 16).shape == (3, 3, 16)
-    assert panel_mm.panel_width("avx512", None) == 32
-    assert panel_mm.panel_width("avx512", "int8") == panel_mm.panel_width("avx2", None) == 16
-    for bad in (("sse2", None), ("avx512", "bf16")):
-        with pytest.raises(ValueError, match="isa|quantize"):
-            panel_mm.panel_width(*bad)
     for weight_, width in ((torch.ones(3), 16), (weight, 0)):
         with pytest.raises(ValueError, match="width"):
             pack(weight_, width)
@@ -170,11 +165,9 @@ def test_packing_puts_width_columns_per_panel_and_zero_pads_the_last():
 @each_isa
 def test_panels_of_another_width_are_refused(isa):
     weight, x = torch.ones(4, 40), torch.ones(1, 4)
-    other = 48 - panel_mm.panel_width(isa, None)  # 16 <-> 32
     with pytest.raises(RuntimeError, match="panels must be contiguous"):
-        torch.ops.draftverify.panel_mm(x, pack(weight, other), None, None, 40, isa)
+        torch.ops.draftverify.panel_mm(x, pack(weight, 32), None, None, 40, isa)
     q, scale = quantize_int8(weight)
-    assert panel_mm.panel_width(isa, "int8") == 16
     with pytest.raises(RuntimeError, match="panels must be contiguous"):
         torch.ops.draftverify.panel_mm(x, pack(q, 32), torch.ones(64), None, 40, isa)
 
@@ -183,7 +176,7 @@ def test_panels_of_another_width_are_refused(isa):
 @pytest.mark.skipif("avx512" not in kernel().isas, reason="the AVX-512 path needs a CPU with AVX-512F")
 @pytest.mark.parametrize("shape", [(576, 1536), (577, 17), (64, 40)])
 def test_more_than_14_rows_run_as_blocks_of_at_most_14_each_as_if_alone(shape):
-    """AVX-512: a pass over a 32-column panel updates at most 14 rows; 28 rows are two passes of 14,
+    """AVX-512: a pass over a pair of float32 panels updates at most 14 rows; 28 rows are two passes of 14,
     each row's bits those of its block run alone (the twin that tells: a block of 7 rows sums in two
     accumulator sets, so its bits differ)."""
     weight, bias = weights(shape, 6)
@@ -214,21 +207,21 @@ def test_21_rows_run_as_a_full_block_of_14_then_the_7_left():
 @each_isa
 @pytest.mark.parametrize("quantize", [None, "int8"])
 @pytest.mark.parametrize("shape", [(576, 1536), (576, 200), (64, 40)])
-def test_few_rows_read_panels_side_by_side_with_the_bits_of_one_panel_at_a_time(shape, quantize, isa):
+def test_panels_read_side_by_side_or_in_pairs_give_the_bits_of_one_panel_at_a_time(shape, quantize, isa):
     """Few rows (AVX-512: up to 6, AVX2: 1 or 2) read 2 to 4 panels side by side, each part of the
-    weights its own stream, and run the panels left over one at a time; a row's bits do not depend on
-    which: the product equals the same rows times each panel's columns alone (a pass of its own), for
-    panel counts that divide among the streams and counts that leave some over (576 x 200: 7 or 13
-    panels)."""
+    weights its own stream, and run the panels left over one at a time; more float32 rows on AVX-512
+    read two neighbouring panels a pass, the last alone where the count is odd. A row's bits do not
+    depend on which: the product equals the same rows times each panel's columns alone (a pass of
+    its own), for panel counts that divide among the streams and counts that leave some over (576 x
+    200: 13 panels; 64 x 40: 3)."""
     weight, bias = weights(shape, 10)
-    width = panel_width(isa, quantize)
     linear = PanelLinear(weight, bias, quantize, isa)
-    x = torch.randn(6, shape[0], generator=torch.Generator().manual_seed(11))
-    for rows in range(1, 7):
+    x = torch.randn(21, shape[0], generator=torch.Generator().manual_seed(11))
+    for rows in (*range(1, 10), 14, 21):
         together = linear(x[:rows])
-        for col in range(0, shape[1], width):
-            alone = PanelLinear(weight[:, col:col + width], bias[col:col + width], quantize, isa)  # int8: same column scales
-            assert torch.equal(together[:, col:col + width], alone(x[:rows])), (rows, col)
+        for col in range(0, shape[1], PANEL_WIDTH):
+            alone = PanelLinear(weight[:, col:col + PANEL_WIDTH], bias[col:col + PANEL_WIDTH], quantize, isa)  # int8: same column scales
+            assert torch.equal(together[:, col:col + PANEL_WIDTH], alone(x[:rows])), (rows, col)
 
 
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):

@@ -1,14 +1,15 @@
 """A compiled small-row matrix product for the lean forwards: ``x [M, K] @ W [K, N] + bias`` over
-weights packed once in panels of 16 or 32 columns, float32 or weight-only int8 (issue 27).
+weights packed once in panels of 16 columns, float32 or weight-only int8 (issue 27).
 
 A target call of L + 1 tokens streams the same weights as a one-token call; on a CPU both are bound
 by that stream, so their cost ratio r should stay near 1. torch's float32 kernels (MKL, oneDNN) do
 not get there for 2-32 rows; ``csrc/panel_mm.cpp`` does, in two instruction sets: AVX2/FMA (up to
-six rows per pass over a 16-column panel in registers) and, where the CPU has it, AVX-512F (float32:
-up to 14 rows per pass over a 32-column panel, two registers a row; int8: up to 24 rows per pass
-over a 16-column panel). Few rows read two to four panels side by side (AVX-512: up to six rows,
-AVX2: one or two), each from its own part of the weights, as one core streams several sequential
-reads faster than one (a one-token call of SmolLM2-135M 20% faster on an Intel Xeon).
+six rows per pass over a panel in registers) and, where the CPU has it, AVX-512F (a register a row
+and panel; float32: up to 14 rows per pass over two neighbouring panels; int8: up to 24 rows per
+pass over one). Few rows read two to four panels side by side (AVX-512: up to six rows, float32
+four, AVX2: one or two), each from its own part of the weights, as one core streams several
+sequential reads faster than one (on an Intel Xeon a one-token call of SmolLM2-135M 20% faster,
+a five-token call 10% more: docs/results/model_cost.md).
 ``draftverify bench panel-mm`` and docs/results/model_cost.md compare them with torch and numpy.
 
 One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the
@@ -55,8 +56,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ENV", "ISAS", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "pack", "panel_width", "quantize_int8"]
+__all__ = ["ENV", "ISAS", "PANEL_WIDTH", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "pack", "quantize_int8"]
 
+PANEL_WIDTH = 16  # output columns of a panel, every instruction set and weight type (csrc/panel_mm.cpp)
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
 ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
 SOURCES = [Path(__file__).resolve().parent / "csrc" / name
@@ -187,17 +189,6 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(weight / scale).clamp_(-127, 127).to(torch.int8), scale
 
 
-def panel_width(isa: str, quantize: str | None) -> int:
-    """Output columns of a panel the kernel reads in instruction set ``isa``: 32 for float32 weights
-    on AVX-512 (two registers a row), else 16 (two AVX registers; for int8 on AVX-512 one register,
-    each weight converted once for up to 24 rows)."""
-    if isa not in ISAS:
-        raise ValueError(f"isa must be one of {ISAS}, got {isa!r}")
-    if quantize not in (None, "int8"):
-        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
-    return 32 if isa == "avx512" and quantize is None else 16
-
-
 def pack(weight: torch.Tensor, width: int) -> torch.Tensor:
     """weight [K, N] -> panels [ceil(N / width), K, width] (the last zero-padded), contiguous."""
     if weight.dim() != 2 or width < 1:
@@ -223,11 +214,10 @@ class PanelLinear:
             self.out_features = weight.shape[1]
             if quantize == "int8":
                 q, scale = quantize_int8(weight)
-                width = panel_width(self.isa, quantize)
-                self.panels, self.scales = pack(q, width), torch.ones(-(-self.out_features // width) * width)
+                self.panels, self.scales = pack(q, PANEL_WIDTH), torch.ones(-(-self.out_features // PANEL_WIDTH) * PANEL_WIDTH)
                 self.scales[: self.out_features] = scale
             elif quantize is None:
-                self.panels, self.scales = pack(weight.float(), panel_width(self.isa, None)), None
+                self.panels, self.scales = pack(weight.float(), PANEL_WIDTH), None
             else:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             self.bias = None if bias is None else bias.detach().float().contiguous()

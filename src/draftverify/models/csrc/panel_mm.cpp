@@ -1,23 +1,19 @@
 // out [M, N] = x [M, K] @ W [K, N] (* scales [N]) (+ bias [N]) over W packed once in panels
-// [P, K, width] (P = ceil(N / width), the last panel zero-padded; width 32 for float32 weights on the
-// AVX-512 path, else 16), float32 or int8 (weight-only int8: activations and accumulation float32, the
-// per-column scale applied once at the end). A panel's k-th row of weights is contiguous, so a pass
-// over a panel is one sequential stream.
+// [P, K, 16] (P = ceil(N / 16), the last panel zero-padded), float32 or int8 (weight-only int8:
+// activations and accumulation float32, the per-column scale applied once at the end). A panel's k-th
+// row of weights is contiguous, so a pass over a panel is one sequential stream.
 //
 // Two instruction sets, picked per call (the `isa` argument; "avx512" only where the CPU has it):
 // - AVX2 + FMA (every x86-64 CPU of the last decade; the build's flags): one pass over a panel
 //   streams its K x 16 weights and updates 16 output columns of a block of up to six rows held in
 //   registers (2 ymm per row: 12 accumulators, 2 weight vectors, 1 broadcast); more rows run as
 //   further blocks over the same panel, which is then in L1/L2.
-// - AVX-512F (compiled for it by a pragma, so the same build runs on AVX2-only CPUs): a float32
-//   panel's 32 columns are two zmm registers, so a pass over it updates up to 14 rows (28
-//   accumulators, 2 weight vectors, a broadcast), the weights loaded once per k for all of them;
-//   more rows run in blocks of 14 and the rest, each a pass over the panel, then in L2. Panels
-//   of 32 columns against 16 (a zmm a row, up to 24 rows a pass): 9-12 rows 10-20% faster, 5 rows
-//   10%, 17 and 24 rows 3-25% (576x1536, 9 rows 175 against 201 us, 12 rows 212 against 266-284;
-//   1536x576, 24 rows 395 against 560). int8 panels keep 16 columns (a zmm a row, up to 24 rows a
-//   pass, each weight converted once per k): over 32 columns they ran 2-12 rows 10-20% slower. The
-//   AVX2 path keeps 16 columns: a 32-column block of four rows would need all 16 of its registers.
+// - AVX-512F (compiled for it by a pragma, so the same build runs on AVX2-only CPUs): a panel's 16
+//   columns are one zmm register a row. More than six rows of float32 weights read two neighbouring
+//   panels a pass, up to 14 rows (28 accumulators, 2 weight vectors, a broadcast: each broadcast feeds
+//   two FMAs), the weights loaded once per k for all of them; more rows run in blocks of 14 and the
+//   rest, each a pass over the pair, then in L2. int8 panels run up to 24 rows a pass over one panel
+//   (each weight converted once per k).
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
 // weights ahead are prefetched while these are consumed (not by the AVX-512 float32 blocks of one or
 // two rows: kPrefetches512). Few rows read two to four panels side by side (AVX-512: up to six rows;
@@ -50,8 +46,7 @@ namespace {
 
 #define UNROLL _Pragma("GCC unroll 32")  // loops over R and U (up to 24): the accumulators stay in registers
 
-constexpr int64_t kPanel = 16;  // columns of an AVX2 panel (two ymm), of an AVX-512 int8 or block-format one (a zmm)
-constexpr int64_t kWide = 32;  // columns of an AVX-512 float32 panel (two zmm)
+constexpr int64_t kPanel = 16;  // columns of a panel: two ymm (AVX2), a zmm (AVX-512)
 constexpr int64_t kMaxRows = 6;
 constexpr int kMaxStreams = 4;  // panels a block reads side by side, at most (product_panels)
 constexpr int64_t kPrefetch = 1024;  // bytes of W ahead of the ones being read (AVX2)
@@ -83,7 +78,7 @@ inline void prefetch_ahead(const W* w, int64_t k) {
 // of its columns are real (the last panel's may be fewer), the scales and bias of those columns.
 template <typename Weights>
 struct Panel {
-  Weights w;  // const float* or const int8_t* [K, width], or a BlockPanel
+  Weights w;  // const float* or const int8_t* [K, 16], or a BlockPanel
   float* out;
   int64_t cols;
   const float* scale;  // or nullptr
@@ -171,9 +166,9 @@ template <typename W>
 struct Product {
   const float* x;  // [M, K]
   int64_t M, K;
-  const W* panels;  // [P, K, width]
+  const W* panels;  // [P, K, 16]
   int64_t N;
-  const float* scales;  // [P * width] or nullptr
+  const float* scales;  // [P * 16] or nullptr
   const float* bias;  // [N] or nullptr
   float* out;  // [M, N]
 };
@@ -227,16 +222,15 @@ double fma_chains512(int64_t steps, float* sink) {
 // bytes of W ahead of the ones being read: with 16-column panels 2048 ran 17 rows 8-15% faster than
 // 1024 and 9 rows ~5%, one row alike (no prefetch ran 5-17 rows 30-50% slower); with 32-column float32
 // panels 4096 (the same 32 k-steps ahead) ran 5-12 rows up to 6% faster than 8192 in a standalone
-// probe; int8 panels (16 bytes a k-step, 256 ahead) ran as with 2048 (576x1536, 5 rows 85 us both)
+// probe, kept for 16-column float32 panels (64 k-steps ahead); int8 panels (16 bytes a k-step, 256
+// ahead) ran as with 2048 (576x1536, 5 rows 85 us both)
 constexpr int64_t kPrefetch512 = 4096;
-// rows of a block: both halves of a float32 panel in one pass take 28 accumulators, 2 weight vectors
-// and a broadcast; the block formats split their rows alike (bit-identical products)
+// rows of a block: a pair of float32 panels in one pass takes 28 accumulators, 2 weight vectors and a
+// broadcast; the block formats split their rows alike (bit-identical products)
 constexpr int kMaxRows512 = 14;
 
-// Columns of an AVX-512 panel and rows of a block by weight type: float32 32 and 14 (two zmm a row);
-// int8 16 and 24 (a zmm a row: over 32 columns its conversions ran 2-12 rows 10-20% slower).
-template <typename W>
-constexpr int64_t kWidth512 = std::is_same_v<W, float> ? kWide : kPanel;
+// Rows of a block by weight type: float32 14 (a pair of panels, two zmm a row); int8 24 (one panel, a
+// zmm a row: over two panels' columns its conversions ran 2-12 rows 10-20% slower).
 template <typename W>
 constexpr int kRows512 = std::is_same_v<W, float> ? kMaxRows512 : 24;
 // Whether a block also prefetches 4 kPrefetch512 ahead into L2: float32 from 8 rows, where the FMAs
@@ -248,17 +242,21 @@ constexpr bool kFar512 = std::is_same_v<W, float> && R >= 8;
 // prefetcher keeps up with alone (2026-11-27, a machine at 40 GB/s copy bandwidth, one row, three
 // alternating rounds: 576x49152 2.72-2.81 ms without against 2.96-3.03 with, 1536x576 88-101 us
 // against 96-100, 576x1536 89-96 against 94-99; two prefetches a 128-byte k-step are memory
-// operations the one-row pass does not need).
+// operations the one-row pass does not need; those panels had 32 columns).
 template <typename W, int R>
 constexpr bool kPrefetches512 = !(std::is_same_v<W, float> && R <= 2);
 
 // One core reads a single sequential stream slower than several side by side (2026-11-29, Intel Xeon,
 // one thread, a one-row product over 200 cycled 576 x 1536 float32 matrices: 9.8-11.5 GB/s as one
 // stream, 12.8-13.1 as four, 13.2-13.8 as six or eight; its copy bandwidth 11-13 GB/s). A product of
-// up to kStreamRows rows reads panels512(R) panels side by side, each from its own part of the
-// weights (product_panels below): as many as the registers hold beside the R rows' accumulators.
+// up to kStreamRows rows reads streams512<W>(R) panels side by side, each from its own part of the
+// weights (product_panels below): float32 four (R by 4 accumulators, the weights loaded as they are),
+// int8 and the block formats as many as the registers hold beside the R rows' accumulators and the
+// weights' conversion (four at five and six rows ran 10-40% slower than two there: registers spilled).
 constexpr int kStreamRows = 6;
-constexpr int panels512(int R) { return R <= 2 ? 4 : R == 3 ? 3 : R <= kStreamRows ? 2 : 1; }
+constexpr int converted_streams512(int R) { return R <= 2 ? 4 : R == 3 ? 3 : R <= kStreamRows ? 2 : 1; }
+template <typename W>
+constexpr int streams512(int R) { return std::is_same_v<W, float> ? (R <= kStreamRows ? 4 : 1) : converted_streams512(R); }
 
 // accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per
 // cycle) counting the panels read side by side, so two for one row and for seven (one panel), else
@@ -269,11 +267,11 @@ constexpr int sets512(int R) { return R == 1 || R == 7 ? 2 : 1; }
 
 inline __m512 load_weights512(const float* w) { return _mm512_loadu_ps(w); }
 
-// Prefetch the weights Distance bytes ahead of the k-steps k..k+U-1 of a panel w [K, kWidth512<W>]
+// Prefetch the weights Distance bytes ahead of the k-steps k..k+U-1 of a panel w [K, kPanel]
 // into L1; with Far, also 4 Distance ahead into L2.
 template <int64_t Distance, int U, bool Far, typename W>
 inline void prefetch_panel512(const W* w, int64_t k) {
-  constexpr int64_t row = kWidth512<W> * sizeof(W);  // bytes of W per k-step: 128 (float32) or 16 (int8)
+  constexpr int64_t row = kPanel * sizeof(W);  // bytes of W per k-step: 64 (float32) or 16 (int8)
   const char* ahead = reinterpret_cast<const char*>(w) + Distance;
   UNROLL for (int u = 0; u < U; ++u) {
     const int64_t at = (k + u) * row;
@@ -312,18 +310,15 @@ inline void store_columns512(const __m512* v, int R, int64_t ldo, float* out, in
   }
 }
 
-// Rows of x (stride ldx) times S panels p[s].w [K, kWidth512<W>]: R rows, U accumulator sets over k,
-// a zmm for each 16 columns of each panel: S > 1 reads S panels side by side, each the next of its own
-// stream (product_panels below).
+// Rows of x (stride ldx) times S panels p[s].w [K, kPanel]: R rows, U accumulator sets over k, a zmm
+// for each row of each panel: S > 1 reads S panels side by side, each the next of its own stream
+// (product_panels below), or a pair of neighbouring panels (more rows, pairs512).
 template <int R, int U, int S, typename W>
 void panel_block512(const float* x, int64_t ldx, const Panel<const W*>* p, int64_t K, int64_t ldo) {
-  constexpr int64_t width = kWidth512<W>;
-  constexpr int H = width / kPanel;
-  __m512 acc[U][R][S][H];
+  __m512 acc[U][R][S];
   UNROLL for (int u = 0; u < U; ++u)
     UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int s = 0; s < S; ++s)
-        UNROLL for (int h = 0; h < H; ++h) acc[u][r][s][h] = _mm512_setzero_ps();
+      UNROLL for (int s = 0; s < S; ++s) acc[u][r][s] = _mm512_setzero_ps();
   const W* w[S];
   UNROLL for (int s = 0; s < S; ++s) w[s] = p[s].w;
   int64_t k = 0;
@@ -331,43 +326,41 @@ void panel_block512(const float* x, int64_t ldx, const Panel<const W*>* p, int64
     if constexpr (kPrefetches512<W, R>)
       UNROLL for (int s = 0; s < S; ++s) prefetch_panel512<kPrefetch512, U, kFar512<W, R>>(w[s], k);
     UNROLL for (int u = 0; u < U; ++u) {
-      __m512 weights[S][H];
-      UNROLL for (int s = 0; s < S; ++s)
-        UNROLL for (int h = 0; h < H; ++h) weights[s][h] = load_weights512(w[s] + (k + u) * width + h * kPanel);
+      __m512 weights[S];
+      UNROLL for (int s = 0; s < S; ++s) weights[s] = load_weights512(w[s] + (k + u) * kPanel);
       UNROLL for (int r = 0; r < R; ++r) {
         const __m512 a = _mm512_set1_ps(x[r * ldx + k + u]);
-        UNROLL for (int s = 0; s < S; ++s)
-          UNROLL for (int h = 0; h < H; ++h) acc[u][r][s][h] = _mm512_fmadd_ps(a, weights[s][h], acc[u][r][s][h]);
+        UNROLL for (int s = 0; s < S; ++s) acc[u][r][s] = _mm512_fmadd_ps(a, weights[s], acc[u][r][s]);
       }
     }
   }
   for (; k < K; ++k) {
-    UNROLL for (int s = 0; s < S; ++s)
-      UNROLL for (int h = 0; h < H; ++h) {
-        const __m512 weights = load_weights512(w[s] + k * width + h * kPanel);
-        UNROLL for (int r = 0; r < R; ++r)
-          acc[0][r][s][h] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), weights, acc[0][r][s][h]);
-      }
+    UNROLL for (int s = 0; s < S; ++s) {
+      const __m512 weights = load_weights512(w[s] + k * kPanel);
+      UNROLL for (int r = 0; r < R; ++r)
+        acc[0][r][s] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), weights, acc[0][r][s]);
+    }
   }
   UNROLL for (int u = 1; u < U; ++u)
     UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int s = 0; s < S; ++s)
-        UNROLL for (int h = 0; h < H; ++h) acc[0][r][s][h] = _mm512_add_ps(acc[0][r][s][h], acc[u][r][s][h]);
-  UNROLL for (int s = 0; s < S; ++s)
-    UNROLL for (int h = 0; h < H; ++h) {
-      const int64_t n = std::min<int64_t>(kPanel, p[s].cols - h * kPanel);
-      if (n <= 0) break;
-      __m512 v[R];
-      UNROLL for (int r = 0; r < R; ++r) v[r] = acc[0][r][s][h];
-      store_columns512(v, R, ldo, p[s].out + h * kPanel, n, p[s].scale == nullptr ? nullptr : p[s].scale + h * kPanel,
-                       p[s].bias == nullptr ? nullptr : p[s].bias + h * kPanel);
-    }
+      UNROLL for (int s = 0; s < S; ++s) acc[0][r][s] = _mm512_add_ps(acc[0][r][s], acc[u][r][s]);
+  UNROLL for (int s = 0; s < S; ++s) {
+    __m512 v[R];
+    UNROLL for (int r = 0; r < R; ++r) v[r] = acc[0][r][s];
+    store_columns512(v, R, ldo, p[s].out, p[s].cols, p[s].scale, p[s].bias);
+  }
 }
 
-// The AVX-512 blocks by rows (entry R - 1: R rows), each on one panel or (Side) on panels512(R) side by side.
+// The AVX-512 float32 blocks by rows over a pair of neighbouring panels (entry R - 1: R rows).
+template <std::size_t... I>
+constexpr std::array<Block<const float*>, sizeof...(I)> pairs512(std::index_sequence<I...>) {
+  return {&panel_block512<I + 1, sets512(I + 1), 2, float>...};
+}
+
+// The AVX-512 blocks by rows (entry R - 1: R rows), each on one panel or (Side) on streams512<W>(R) side by side.
 template <typename W, bool Side, std::size_t... I>
 constexpr std::array<Block<const W*>, sizeof...(I)> blocks512(std::index_sequence<I...>) {
-  return {&panel_block512<I + 1, sets512(I + 1), Side ? panels512(I + 1) : 1, W>...};
+  return {&panel_block512<I + 1, sets512(I + 1), Side ? streams512<W>(I + 1) : 1, W>...};
 }
 
 // GGML's block formats along k (blocks of 32 k-steps of one column, one float16 scale d each):
@@ -451,7 +444,7 @@ void block_panel512(const float* x, int64_t ldx, const Panel<BlockPanel<Bits>>* 
 // The block-format blocks by rows, as blocks512.
 template <int Bits, bool Side, std::size_t... I>
 constexpr std::array<Block<BlockPanel<Bits>>, sizeof...(I)> block_table512(std::index_sequence<I...>) {
-  return {&block_panel512<I + 1, sets512(I + 1), Side ? panels512(I + 1) : 1, Bits>...};
+  return {&block_panel512<I + 1, sets512(I + 1), Side ? converted_streams512(I + 1) : 1, Bits>...};
 }
 
 #pragma GCC pop_options
@@ -604,10 +597,11 @@ void block_panels(int64_t K, int64_t N, Run run) {
 // out [M, ldo]. M rows up to side's size read S = streams(M) panels side by side (side[M - 1]): the
 // range in S equal contiguous parts, each pass the next panel of every part, so each part is one
 // sequential stream; the fewer than S panels left run one by one (blocks[M - 1]). More rows run panel
-// by panel in the blocks of row_blocks. panel(p, row) is panel p as a block from row `row` reads it.
+// by panel in the blocks of row_blocks, or with `pairs` two neighbouring panels a pass (pairs[M - 1]),
+// the last one alone where the count is odd. panel(p, row) is panel p as a block from row `row` reads it.
 template <typename Weights, typename X, typename Blocks, typename Side, typename Make>
 void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t ldx, int64_t K, int64_t ldo,
-                    const Blocks& blocks, const Side& side, int (*streams)(int), Make panel) {
+                    const Blocks& blocks, const Side& side, int (*streams)(int), Make panel, const Blocks* pairs = nullptr) {
   if (M <= static_cast<int64_t>(side.size())) {
     const int S = streams(static_cast<int>(M));
     const int64_t part = (end - begin) / S;
@@ -618,11 +612,14 @@ void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t l
     }
     begin += S * part;
   }
-  for (int64_t p = begin; p < end; ++p)
+  for (int64_t p = begin; p < end;) {
+    const bool two = pairs != nullptr && p + 1 < end;
     row_blocks(M, static_cast<int64_t>(blocks.size()), [&](int64_t row, int64_t rows) {
-      const Panel<Weights> one = panel(p, row);
-      blocks[rows - 1](x + row * ldx, ldx, &one, K, ldo);
+      const Panel<Weights> both[2] = {panel(p, row), two ? panel(p + 1, row) : panel(p, row)};
+      (two ? (*pairs)[rows - 1] : blocks[rows - 1])(x + row * ldx, ldx, both, K, ldo);
     });
+    p += two ? 2 : 1;
+  }
 }
 
 // out [M, N] = x [M, K] rounded to 8 bits @ W (+ bias) for W in a block format, as product_panels reads it.
@@ -646,7 +643,7 @@ void block_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int
   static constexpr auto blocks = block_table512<Bits, false>(std::make_index_sequence<kMaxRows512>());
   static constexpr auto side = block_table512<Bits, true>(std::make_index_sequence<kStreamRows>());
   block_panels(K, N, [&](int64_t begin, int64_t end) {
-    product_panels<BlockPanel<Bits>>(begin, end, M, x, K, K, N, blocks, side, &panels512, block_panel(w, K, N, out, bias));
+    product_panels<BlockPanel<Bits>>(begin, end, M, x, K, K, N, blocks, side, &converted_streams512, block_panel(w, K, N, out, bias));
   });
 }
 
@@ -654,26 +651,26 @@ bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
 bool has_vnni() { return has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"); }
 
-// Columns of a panel of W in an instruction set's layout.
-template <typename W>
-int64_t panel_width(bool avx512) { return avx512 ? kWidth512<W> : kPanel; }
-
 template <typename W>
 void panel_mm_impl(const Product<W>& a, bool avx512) {
   static constexpr auto blocks = blocks512<W, false>(std::make_index_sequence<kRows512<W>>());
   static constexpr auto side = blocks512<W, true>(std::make_index_sequence<kStreamRows>());
   static constexpr auto blocks_avx2 = blocks2<W, false>(std::make_index_sequence<kMaxRows>());
   static constexpr auto side_avx2 = blocks2<W, true>(std::make_index_sequence<kStreamRows2>());
-  const int64_t width = panel_width<W>(avx512), count = (a.N + width - 1) / width;
-  const int64_t grain = std::max<int64_t>(1, 131072 / (width * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
+  const int64_t count = (a.N + kPanel - 1) / kPanel;
+  const int64_t grain = std::max<int64_t>(1, 131072 / (kPanel * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     const auto panel = [&](int64_t p, int64_t row) {
-      const int64_t col = p * width;
-      return Panel<const W*>{a.panels + p * a.K * width, a.out + row * a.N + col, std::min(width, a.N - col),
+      const int64_t col = p * kPanel;
+      return Panel<const W*>{a.panels + p * a.K * kPanel, a.out + row * a.N + col, std::min(kPanel, a.N - col),
                              a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
     };
+    if constexpr (std::is_same_v<W, float>) {
+      static constexpr auto pairs = pairs512(std::make_index_sequence<kMaxRows512>());
+      if (avx512) return product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks, side, &streams512<W>, panel, &pairs);
+    }
     if (avx512)
-      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks, side, &panels512, panel);
+      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks, side, &streams512<W>, panel);
     else
       product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks_avx2, side_avx2, &panels2, panel);
   });
@@ -689,10 +686,9 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   TORCH_CHECK(isa == "avx2" || has_avx512(), "isa 'avx512' needs a CPU with AVX-512F");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a float32 matrix [M, K]");
   const bool quantized = panels.scalar_type() == at::kChar;
-  const int64_t width = quantized ? panel_width<int8_t>(isa == "avx512") : panel_width<float>(isa == "avx512");
-  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == width && panels.size(1) == x.size(1) &&
-                  panels.size(0) == (N + width - 1) / width && panels.is_contiguous(),
-              "panels must be contiguous [ceil(N / ", width, "), K, ", width, "] for x [M, K], isa ", isa,
+  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.size(1) == x.size(1) &&
+                  panels.size(0) == (N + kPanel - 1) / kPanel && panels.is_contiguous(),
+              "panels must be contiguous [ceil(N / ", kPanel, "), K, ", kPanel, "] for x [M, K], isa ", isa,
               " and weights ", panels.scalar_type());
   TORCH_CHECK(reinterpret_cast<uintptr_t>(panels.data_ptr()) % 32 == 0, "panels must be 32-byte aligned");
   TORCH_CHECK(quantized || panels.scalar_type() == at::kFloat, "panels must be float32 or int8");
@@ -700,8 +696,8 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   const at::Tensor xc = x.contiguous();
   const float* s = nullptr;
   if (quantized) {
-    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() == panels.size(0) * width,
-                "scales must be float32 [ceil(N / ", width, ") * ", width, "]");
+    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() == panels.size(0) * kPanel,
+                "scales must be float32 [ceil(N / ", kPanel, ") * ", kPanel, "]");
     s = scales->data_ptr<float>();
   }
   const float* b = nullptr;
