@@ -219,6 +219,23 @@ def test_steps_of_the_target_alone_leave_the_draft_to_catch_up_from_the_targets_
     assert 0 in lengths and max(lengths) >= 1
 
 
+def test_the_first_step_is_the_targets_alone_then_the_draft_reads_the_prompt_with_its_features():
+    """Before the target's first call there is no feature to draft from (``reads_target``): the first
+    step samples one token from the target and leaves the draft unfed; the next step's draft reads
+    the prompt and that token with the target's features, so its cache keeps all of them."""
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    prompts = [[1], [2, 0, 5]]
+    decoder = Decoder(target, draft, prompts, DecodeConfig("sd", draft_length=3, max_new_tokens=8, ignore_eos=True))
+    assert draft.reads_target and not target.reads_target
+    first = decoder.step()
+    assert [(s.stats.drafted, s.stats.target_calls, len(s.tokens)) for s in first] == [(0, 1, 1)] * 2
+    assert decoder.draft_cache.held == [0, 0] and decoder.target_cache.held == [1, 3]
+    second = decoder.step()
+    decoder.check_caches()
+    assert all(s.stats.drafted == 3 for s in second)
+    assert all(held >= len(p) + 1 for held, p in zip(decoder.draft_cache.held, prompts))
+
+
 def _target_law(target: TransformersModel, prompt: list[int], num_tokens: int, vocab: int) -> np.ndarray:
     """The target's exact law [V ** n] of the n tokens after ``prompt``, enumerated."""
     law = []

@@ -65,8 +65,9 @@ def test_a_step_starts_where_its_first_token_is_predicted_and_every_draft_is_sco
     result = runs[0]
     starts = step_starts(result)
     drafting = [s for s in result.steps if s.drafted]
-    assert len(starts) == len(drafting) - 1 and starts[0] == PROMPT - 1 + result.steps[0].committed  # the first step left out
-    committed = [s.committed for s in result.steps if s.drafted][1:-1]
+    assert result.steps[0].drafted == 0 and result.steps[0].committed == 1  # the first step: the target's alone
+    assert len(starts) == len(drafting) and starts[0] == PROMPT
+    committed = [s.committed for s in drafting][:-1]
     assert [b - a for a, b in zip(starts, starts[1:])] == committed  # a step starts where the one before ended
     figures = step_start_acceptance(target, {"draft": draft.head_module}, runs, 2)["draft"]
     values = ahead_acceptance(target, draft.head_module, result.prompt_ids, result.tokens, 2)

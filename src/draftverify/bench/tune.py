@@ -152,11 +152,21 @@ class PathRecord:
     [N], [N] and [N, K]; otherwise per depth, [N, L], [N, L] and [N, L, K], entry [t, d - 1] the
     draft's law at t as the d-th drafted position of a step (:mod:`draftverify.theory.tuning`;
     entries with t < d - 1, where no step starts, hold 1 (ratios, draft probabilities) or 0 and are
-    never read)."""
+    never read). ``target_first``: the engine's first step is the target's alone (a draft that reads
+    the target's hidden states, ``LanguageModel.reads_target``): one call for y_1, whose entries are
+    not recorded (1 or 0), and steps from y_2 on (:meth:`drafted`)."""
 
     ratios: np.ndarray
     draft_probs: np.ndarray
     acceptance: dict[str, np.ndarray] = field(default_factory=dict)
+    target_first: bool = False
+
+    def drafted(self) -> PathRecord:
+        """The record of the positions the engine's drafting steps cover: all, or all but the first
+        where ``target_first`` (a step starting there reads its entries as a first step's)."""
+        if not self.target_first:
+            return self
+        return PathRecord(self.ratios[1:], self.draft_probs[1:], {name: a[1:] for name, a in self.acceptance.items()})
 
 
 def _warp(logits: torch.Tensor, settings: TuneSettings) -> torch.Tensor:
@@ -186,7 +196,8 @@ def depth_laws(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
     replayed with the model API: the target holds every committed token but the pending one
     (P + s - 1 for a prompt of P tokens; none at the first step, which has not scored the prompt
     yet), the draft what it held of those; the draft feeds the rest, then y_s, ..., y_{s+D-2} one
-    at a time. The target scores the paths once; going from the last start to the first, each
+    at a time. A draft that reads the target's hidden states never drafts at s = 0 (the engine's
+    first step is the target's alone): its starts are 1..N - 1. The target scores the paths once; going from the last start to the first, each
     start only crops the caches back."""
     count = len(paths[0])
     if any(len(path) != count for path in paths) or len(paths) != len(prompts):
@@ -196,7 +207,7 @@ def depth_laws(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
     tokens, valid = pending_tokens([sequence[:-1] for sequence in sequences], [0] * len(sequences))  # left-padded
     target_logits = target.forward(target_cache, tokens, valid, count)  # [B, N, V]
     draft_cache = draft.new_cache(len(prompts), target_cache)
-    for s in reversed(range(count)):
+    for s in reversed(range(1 if draft.reads_target else 0, count)):
         held = [start + s - 1 if s else 0 for start in starts]
         target.crop(target_cache, held)
         draft.crop(draft_cache, [min(h, limit) for h, limit in zip(draft_cache.held, held)])
@@ -259,7 +270,8 @@ def record_along(target: LanguageModel, draft: LanguageModel, prompts: list[list
     names, max_k = {_estimator_input(m) for m in settings.methods}, max(settings.num_drafts)
     if not draft.depth_dependent:
         return [PathRecord(*_reduce(*(rows.numpy() for rows in _warped(target, draft, prompt + path, len(path), settings)),
-                                    np.array(path), names, max_k)) for prompt, path in zip(prompts, paths)]
+                                    np.array(path), names, max_k), target_first=draft.reads_target)
+                for prompt, path in zip(prompts, paths)]
     tokens = np.array(paths)  # [B, N]
     rows, count, depths = len(paths), tokens.shape[1], settings.max_draft_length
     ratios, draft_probs, acceptance = np.ones((rows, count, depths)), np.ones((rows, count, depths)), {}
@@ -274,7 +286,8 @@ def record_along(target: LanguageModel, draft: LanguageModel, prompts: list[list
             if name not in acceptance:
                 acceptance[name] = np.zeros((rows, count, depths, values.shape[1]))
             acceptance[name][at] = values.reshape(rows, size, -1)
-    return [PathRecord(ratios[b], draft_probs[b], {name: a[b] for name, a in acceptance.items()}) for b in range(rows)]
+    return [PathRecord(ratios[b], draft_probs[b], {name: a[b] for name, a in acceptance.items()}, draft.reads_target)
+            for b in range(rows)]
 
 
 def record_paths(target: LanguageModel, draft: LanguageModel, prompts: list[list[int]],
@@ -422,6 +435,8 @@ def measure_costs(target: LanguageModel, draft: LanguageModel, prompts: list[lis
 def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> list[dict[str, Any]]:
     """Step 2 and the predicted tokens/s, one row per (method, K, L), best first; then ``ar``."""
     tokens = np.array([len(p.ratios) for p in paths], dtype=float)
+    first = np.array([float(p.target_first) for p in paths])  # the engine's first call, the target's alone
+    drafted = [p.drafted() for p in paths]  # what its drafting steps cover
     rows = []
     for method, k in settings.settings():
         spec = parse_method(method)
@@ -430,22 +445,22 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
         step_costs = costs.step_costs(method, k)
         for length in range(1, settings.max_draft_length + 1):
             if name in ("sd", "bv", "submaximal"):
-                calls = [expected_calls(path_survival(p.ratios, length, name, fraction=fraction)) for p in paths]
+                calls = [expected_calls(path_survival(p.ratios, length, name, fraction=fraction)) for p in drafted]
                 estimator = UNBIASED
             elif name == "gbv":
-                calls = [len(p.ratios) / (1 + gbv_expected_accepted(p.ratios, length).mean()) for p in paths]
+                calls = [len(p.ratios) / (1 + gbv_expected_accepted(p.ratios, length).mean()) for p in drafted]
                 estimator = "renewal (approx.)"
             elif name == "kseq":
-                calls = [expected_calls(kseq_path_survival(_laws(p, KSEQ_LAW, k), length)) for p in paths]
+                calls = [expected_calls(kseq_path_survival(_laws(p, KSEQ_LAW, k), length)) for p in drafted]
                 estimator = UNBIASED
             elif _estimator_input(method) == "multidraft-bv":
-                calls = [expected_calls(multidraft_bv_path_survival(_laws(p, SELECTION_LAW, k), length)) for p in paths]
+                calls = [expected_calls(multidraft_bv_path_survival(_laws(p, SELECTION_LAW, k), length)) for p in drafted]
                 estimator = UNBIASED
             else:
                 calls = [expected_calls(plug_in_survival(p.acceptance["optimal"][..., :k], length, p.draft_probs))
-                         for p in paths]
+                         for p in drafted]
                 estimator = "plug-in (approx.)"
-            per_call = tokens_per_call(tokens, calls)
+            per_call = tokens_per_call(tokens, first + np.array(calls))
             speed = predicted_tokens_per_second(per_call.mean, step_costs, length, settings.max_new_tokens)
             row = dict(method=method, num_drafts=k, draft_length=length, tokens_per_call=per_call.mean,
                        standard_error=per_call.standard_error, estimator=estimator, tokens_per_second=speed,
@@ -453,8 +468,8 @@ def predict(paths: list[PathRecord], costs: Costs, settings: TuneSettings) -> li
                        terms_ms={term: 1e3 * getattr(step_costs, term)[length]
                                  for term in ("draft", "target", "verify", "overhead")})
             if name == "sd":  # the plug-in beside the unbiased value: the bias of target prefixes
-                plug = [expected_calls(plug_in_survival(p.acceptance["sd"], length)) for p in paths]
-                row["plug_in_tokens_per_call"] = tokens_per_call(tokens, plug).mean
+                plug = [expected_calls(plug_in_survival(p.acceptance["sd"], length)) for p in drafted]
+                row["plug_in_tokens_per_call"] = tokens_per_call(tokens, first + np.array(plug)).mean
             rows.append(row)
     rows.sort(key=lambda r: -r["tokens_per_second"])
     ar_speed = 1.0 / (costs.ar_step + costs.ar_prefill / settings.max_new_tokens)

@@ -13,7 +13,8 @@ tokens a cache has not seen are ``committed[len(held):]`` (:meth:`Decoder.pendin
 
 Near the end of the context the draft is shortened so that the target's forward fits
 (:meth:`Decoder.draft_length`); a prompt that still has no room finishes with reason
-``"context"``, keeping what it committed.
+``"context"``, keeping what it committed. A draft that reads the target's hidden states
+(``LanguageModel.reads_target``) has none before the target's first call: that step is ``ar``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ class Decoder:
         length = self.draft_length()
         if not self.config.speculative:
             return ar_step(self)
+        if self.draft.reads_target and not any(self.target_cache.held):  # no target features to draft from yet
+            return ar_step(self, 0)
         return STEPS[self.verifier.strategy](self, length)
 
     # --- helpers of the steps ----------------------------------------------------------------------

@@ -151,6 +151,9 @@ class LanguageModel(ABC):
     depth_dependent: bool = False
     """Whether, as a draft, its law at a position depends on the depth within the drafted block and
     not only on the prefix (a feature draft reads its own features after the first position)."""
+    reads_target: bool = False
+    """Whether, as a draft, it drafts from the target's hidden states (a feature draft): before the
+    target's first call of a decoding it has none to read, so that step is the target's alone."""
 
     def new_cache(self, batch_size: int, target_cache: Cache | None = None) -> Cache:
         """An empty cache of ``batch_size`` rows. ``target_cache``: the target's cache of the same

@@ -31,8 +31,9 @@ The target keeps its features in its KV cache, slot by slot
 cache (:meth:`FeatureDraft.new_cache`). Keys and values that the layer computed from its own
 features are dropped at the next crop (EAGLE recomputes them from the target's features once the
 target has scored those positions): the draft's cache holds only positions computed from the target.
-At the first step the target has not yet seen the prompt; the draft then reads zero features and
-recomputes the prompt at the next step.
+Before the target's first call of a decoding there is no feature of the prompt to read
+(:attr:`reads_target`): the decoder's first step is then the target's alone (``ar``), and the
+draft reads the prompt with the target's features at the next step.
 
 A decoding step's L forwards and draws run in one compiled call where they can
 (:meth:`FeatureDraft.sample_block`, ``csrc/feature_draft.cpp``): bit for bit the loop's, without
@@ -236,6 +237,7 @@ class FeatureDraft(LanguageModel):
     float32. :attr:`quantize` says which ran."""
 
     depth_dependent = True  # from the second drafted position on it reads its own features
+    reads_target = True  # the decoder's first step is the target's alone
 
     def __init__(self, head: FeatureHead, target: TransformersModel, *, quantize: str | None = "auto",
                  kernel: str | None = None):

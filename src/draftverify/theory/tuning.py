@@ -27,8 +27,8 @@ S_t(m - 1) - S_t(m) for m <= L and pi_t(L + 1) = S_t(L):
 Drafts whose law depends on the depth within a block. A feature draft (EAGLE) reads the target's
 hidden state at the first drafted position of a step and its own from the second on, so its law at
 position t depends on the prefix y^{t-1} and on where the block started: D_d(y_t | y^{t-1}) when t
-is the d-th drafted position (block start t - d + 1; at the first step, before the target has
-seen the prompt, the feature draft reads zeros: a law of the start too). The identity needs only
+is the d-th drafted position (block start t - d + 1; the engine's first step, before the target
+has scored the prompt, is the target's alone: one call for y_1, blocks from t = 2 on). The identity needs only
 this: given the committed prefix y^{t-1}, a call starting at t draws its block from a law that is
 a function of y^{t-1} (its length is t) and of nothing else of the past, the draft's joint law
 prod_j D_{j+1}(w_{j+1} | y^{t-1} w^j), and the verifier is exact for any draft law, so

@@ -227,11 +227,11 @@ def engine_acceptance(runs: Sequence[Any], draft_length: int) -> dict:
 
 def step_starts(result: Any) -> list[int]:
     """The positions where the drafting steps of one engine run start (its first drafted token is
-    predicted there, reading the target's feature of the position before), but the first step, where
-    the target has not yet scored the prompt and the draft reads no feature of it."""
+    predicted there, reading the target's feature of the position before; the run's first step,
+    before the target had scored the prompt, is the target's alone: ``LanguageModel.reads_target``)."""
     starts, position = [], len(result.prompt_ids) - 1
     for step in result.steps:
-        if step.drafted and position >= len(result.prompt_ids):
+        if step.drafted:
             starts.append(position)
         position += step.committed
     return starts
