@@ -163,7 +163,7 @@ class PathRecord:
 
     def drafted(self) -> PathRecord:
         """The record of the positions the engine's drafting steps cover: all, or all but the first
-        where ``target_first`` (a step starting there reads its entries as a first step's)."""
+        where ``target_first`` (the estimators then read y_2 as the first start)."""
         if not self.target_first:
             return self
         return PathRecord(self.ratios[1:], self.draft_probs[1:], {name: a[1:] for name, a in self.acceptance.items()})
@@ -197,8 +197,8 @@ def depth_laws(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
     (P + s - 1 for a prompt of P tokens; none at the first step, which has not scored the prompt
     yet), the draft what it held of those; the draft feeds the rest, then y_s, ..., y_{s+D-2} one
     at a time. A draft that reads the target's hidden states never drafts at s = 0 (the engine's
-    first step is the target's alone): its starts are 1..N - 1. The target scores the paths once; going from the last start to the first, each
-    start only crops the caches back."""
+    first step is the target's alone): its starts are 1..N - 1. The target scores the paths once;
+    going from the last start to the first, each start only crops the caches back."""
     count = len(paths[0])
     if any(len(path) != count for path in paths) or len(paths) != len(prompts):
         raise ValueError("paths: expected one continuation per prompt, all of one length")

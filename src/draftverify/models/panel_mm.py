@@ -8,8 +8,8 @@ six rows per pass over a panel in registers) and, where the CPU has it, AVX-512F
 and panel; float32: up to 14 rows per pass over two neighbouring panels; int8: up to 24 rows per
 pass over one). Few rows read two to four panels side by side (AVX-512: up to six rows, float32
 four, AVX2: one or two), each from its own part of the weights, as one core streams several
-sequential reads faster than one (on an Intel Xeon a one-token call of SmolLM2-135M 20% faster,
-a five-token call 10% more: docs/results/model_cost.md).
+sequential reads faster than one (on an Intel Xeon the one-token call of SmolLM2-135M 20% faster,
+and with five rows on four panels the five-token call 10% faster again: docs/results/model_cost.md).
 ``draftverify bench panel-mm`` and docs/results/model_cost.md compare them with torch and numpy.
 
 One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the

@@ -259,10 +259,11 @@ template <typename W>
 constexpr int streams512(int R) { return std::is_same_v<W, float> ? (R <= kStreamRows ? 4 : 1) : converted_streams512(R); }
 
 // accumulator sets over k for R rows: at least 8 independent FMA chains (latency 4, up to 2 per
-// cycle) counting the panels read side by side, so two for one row and for seven (one panel), else
-// one (a power of two, so the sets divide a 32-step block of the block formats below and every k has
-// the same set in both: their products are then bit-identical to the float32 product of the same
-// weights; which panels a block reads beside one another does not change a column's arithmetic)
+// cycle) counting the panels read side by side, so two for one row and for seven (a block format
+// reads seven rows on one panel; float32 on a pair keeps the same sets), else one (a power of two,
+// so the sets divide a 32-step block of the block formats below and every k has the same set in
+// both: their products are then bit-identical to the float32 product of the same weights; which
+// panels a block reads beside one another does not change a column's arithmetic)
 constexpr int sets512(int R) { return R == 1 || R == 7 ? 2 : 1; }
 
 inline __m512 load_weights512(const float* w) { return _mm512_loadu_ps(w); }
@@ -597,8 +598,8 @@ void block_panels(int64_t K, int64_t N, Run run) {
 // out [M, ldo]. M rows up to side's size read S = streams(M) panels side by side (side[M - 1]): the
 // range in S equal contiguous parts, each pass the next panel of every part, so each part is one
 // sequential stream; the fewer than S panels left run one by one (blocks[M - 1]). More rows run panel
-// by panel in the blocks of row_blocks, or with `pairs` two neighbouring panels a pass (pairs[M - 1]),
-// the last one alone where the count is odd. panel(p, row) is panel p as a block from row `row` reads it.
+// by panel in the blocks of row_blocks, or with `pairs` two neighbouring panels a pass (pairs[rows - 1]
+// for a block of rows), the last one alone where the count is odd. panel(p, row) is panel p as a block from row `row` reads it.
 template <typename Weights, typename X, typename Blocks, typename Side, typename Make>
 void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t ldx, int64_t K, int64_t ldo,
                     const Blocks& blocks, const Side& side, int (*streams)(int), Make panel, const Blocks* pairs = nullptr) {
