@@ -176,9 +176,9 @@ def test_panels_of_another_width_are_refused(isa):
 @pytest.mark.skipif("avx512" not in kernel().isas, reason="the AVX-512 path needs a CPU with AVX-512F")
 @pytest.mark.parametrize("shape", [(576, 1536), (577, 17), (64, 40)])
 def test_more_than_14_rows_run_as_blocks_of_at_most_14_each_as_if_alone(shape):
-    """AVX-512: a pass over a pair of float32 panels updates at most 14 rows; 28 rows are two passes of 14,
-    each row's bits those of its block run alone (the twin that tells: a block of 7 rows sums in two
-    accumulator sets, so its bits differ)."""
+    """AVX-512: a pass over a pair of float32 panels updates at most 14 rows; 28 rows are two passes
+    of 14, each row's bits those of its block run alone (the twin that tells: a block of 7 rows sums
+    in two accumulator sets, so its bits differ)."""
     weight, bias = weights(shape, 6)
     linear = PanelLinear(weight, bias, isa="avx512")
     x = torch.randn(28, shape[0], generator=torch.Generator().manual_seed(7))

@@ -28,10 +28,10 @@ Drafts whose law depends on the depth within a block. A feature draft (EAGLE) re
 hidden state at the first drafted position of a step and its own from the second on, so its law at
 position t depends on the prefix y^{t-1} and on where the block started: D_d(y_t | y^{t-1}) when t
 is the d-th drafted position (block start t - d + 1; the engine's first step, before the target
-has scored the prompt, is the target's alone: one call for y_1, blocks from t = 2 on). The identity needs only
-this: given the committed prefix y^{t-1}, a call starting at t draws its block from a law that is
-a function of y^{t-1} (its length is t) and of nothing else of the past, the draft's joint law
-prod_j D_{j+1}(w_{j+1} | y^{t-1} w^j), and the verifier is exact for any draft law, so
+has scored the prompt, is the target's alone: one call for y_1, blocks from t = 2 on). The
+identity needs only this: given the committed prefix y^{t-1}, a call starting at t draws its block
+from a law that is a function of y^{t-1} (its length is t) and of nothing else of the past, the
+draft's joint law prod_j D_{j+1}(w_{j+1} | y^{t-1} w^j), and the verifier is exact for any draft law, so
 P_block(w | y^{t-1}) = T(w | y^{t-1}) pi_t(|w|) with pi_t built from that joint law. Multiplying
 over the calls (each conditioned on all before it) gives the law of (sequence, boundaries) as
 T(y) prod_k pi(block k): the sequence has law T, the boundaries given it are the same Markov chain,
