@@ -379,7 +379,9 @@ def _calibrate(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
     per L the mean wall time of a step after the first (the time outside the steps' calls spread
     over all steps) less the verifier's time the engine measured on those steps, against
     ``model_seconds[L]`` (the draft and target calls timed alone), and the first step's excess (the
-    prefill). Returns (overhead [L_max + 1], prefill)."""
+    prefill; with a draft that reads the target's hidden states the first two steps', the target's
+    alone, then the draft's first pass over the prompt). Returns (overhead [L_max + 1], prefill)."""
+    head = 2 if draft.reads_target else 1  # the steps that read the prompt
     lengths, engine, prefills = [], [], []
     tokens = min(settings.max_new_tokens, 4 * (settings.max_draft_length + 1))
     for length in range(1, settings.max_draft_length + 1):
@@ -388,15 +390,15 @@ def _calibrate(target: LanguageModel, draft: LanguageModel, prompts: list[list[i
                           temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
                           ignore_eos=True, seed=settings.seed + length).result
         calls = [s.draft_seconds + s.target_seconds + s.verify_seconds for s in result.steps]
-        if len(calls) < 2:
+        if len(calls) <= head:
             continue
         outside = (result.seconds - sum(calls)) / len(calls)
         lengths.append(length)
-        verify = statistics.fmean(s.verify_seconds for s in result.steps[1:])  # each method's is priced alone
-        engine.append(statistics.fmean(calls[1:]) + outside - verify)
-        prefills.append(calls[0] - statistics.fmean(calls[1:]))
+        verify = statistics.fmean(s.verify_seconds for s in result.steps[head:])  # each method's is priced alone
+        engine.append(statistics.fmean(calls[head:]) + outside - verify)
+        prefills.append(sum(calls[:head]) - head * statistics.fmean(calls[head:]))
     if not lengths:
-        raise ValueError(f"max_new_tokens = {settings.max_new_tokens}: too few for two steps of {spec}")
+        raise ValueError(f"max_new_tokens = {settings.max_new_tokens}: too few for {head + 1} steps of {spec}")
     overhead = fit_overhead(lengths, engine, [model_seconds[length] for length in lengths], settings.max_draft_length)
     return overhead, max(statistics.fmean(prefills), 0.0)
 
