@@ -214,7 +214,8 @@ class PanelLinear:
             self.out_features = weight.shape[1]
             if quantize == "int8":
                 q, scale = quantize_int8(weight)
-                self.panels, self.scales = pack(q, PANEL_WIDTH), torch.ones(-(-self.out_features // PANEL_WIDTH) * PANEL_WIDTH)
+                self.panels = pack(q, PANEL_WIDTH)
+                self.scales = torch.ones(self.panels.shape[0] * PANEL_WIDTH)  # padded as the panels are
                 self.scales[: self.out_features] = scale
             elif quantize is None:
                 self.panels, self.scales = pack(weight.float(), PANEL_WIDTH), None

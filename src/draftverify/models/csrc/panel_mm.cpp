@@ -599,7 +599,8 @@ void block_panels(int64_t K, int64_t N, Run run) {
 // range in S equal contiguous parts, each pass the next panel of every part, so each part is one
 // sequential stream; the fewer than S panels left run one by one (blocks[M - 1]). More rows run panel
 // by panel in the blocks of row_blocks, or with `pairs` two neighbouring panels a pass (pairs[rows - 1]
-// for a block of rows), the last one alone where the count is odd. panel(p, row) is panel p as a block from row `row` reads it.
+// for a block of rows), the last one alone where the count is odd. panel(p, row) is panel p as a block
+// from row `row` reads it.
 template <typename Weights, typename X, typename Blocks, typename Side, typename Make>
 void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t ldx, int64_t K, int64_t ldo,
                     const Blocks& blocks, const Side& side, int (*streams)(int), Make panel, const Blocks* pairs = nullptr) {
@@ -616,7 +617,7 @@ void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t l
   for (int64_t p = begin; p < end;) {
     const bool two = pairs != nullptr && p + 1 < end;
     row_blocks(M, static_cast<int64_t>(blocks.size()), [&](int64_t row, int64_t rows) {
-      const Panel<Weights> both[2] = {panel(p, row), two ? panel(p + 1, row) : panel(p, row)};
+      const Panel<Weights> both[2] = {panel(p, row), panel(two ? p + 1 : p, row)};
       (two ? (*pairs)[rows - 1] : blocks[rows - 1])(x + row * ldx, ldx, both, K, ldo);
     });
     p += two ? 2 : 1;
@@ -666,14 +667,14 @@ void panel_mm_impl(const Product<W>& a, bool avx512) {
       return Panel<const W*>{a.panels + p * a.K * kPanel, a.out + row * a.N + col, std::min(kPanel, a.N - col),
                              a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
     };
+    if (!avx512)
+      return product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks_avx2, side_avx2, &panels2, panel);
+    const decltype(blocks)* pairs = nullptr;  // float32 reads more rows on two neighbouring panels a pass
     if constexpr (std::is_same_v<W, float>) {
-      static constexpr auto pairs = pairs512(std::make_index_sequence<kMaxRows512>());
-      if (avx512) return product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks, side, &streams512<W>, panel, &pairs);
+      static constexpr auto float_pairs = pairs512(std::make_index_sequence<kMaxRows512>());
+      pairs = &float_pairs;
     }
-    if (avx512)
-      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks, side, &streams512<W>, panel);
-    else
-      product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks_avx2, side_avx2, &panels2, panel);
+    product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks, side, &streams512<W>, panel, pairs);
   });
 }
 
