@@ -139,6 +139,50 @@ def test_a_position_has_the_same_bits_however_its_call_is_cut(heads):
         assert torch.equal(torch.cat(parts, 1), whole)
 
 
+@pytest.mark.parametrize("heads", ["grouped", "one per key head"])
+def test_a_padded_row_attends_as_the_prompt_alone(heads):
+    """A left-padded prompt's queries read its keys from its first visible one (``Visible.first`` in
+    llama_layers.cpp), so its scores, softmax and weighted values are summed in the same order
+    whatever padding stands before it: two calls with the same live tokens in the same order, their
+    rows padded by 0 and 8 in one and by 3 and 11 in the other, give the live positions the same
+    logits to the bit, and so does the next token. (The products see the same live rows in both
+    calls. The padding moves the keys' slots by 3, where a softmax and weighted sum from slot 0
+    would group their terms otherwise; a move by 4 would only swap the halves of their lanes' sum
+    tree, which commutes.)"""
+    model = TransformersModel(grouped_llama()) if heads == "grouped" else twins("float32")[0]
+    long, short = (torch.randint(0, 50, (n,), generator=torch.Generator().manual_seed(n)) for n in (20, 12))
+    logits = []
+    for pads in ((0, 8), (3, 11)):
+        width = pads[0] + 20  # both rows end there
+        tokens, valid = torch.zeros(2, width, dtype=torch.int64), torch.zeros(2, width, dtype=torch.bool)
+        for row, (prompt, pad) in enumerate(zip((long, short), pads)):
+            tokens[row, pad: pad + len(prompt)], valid[row, pad: pad + len(prompt)] = prompt, True
+        cache = model.new_cache(2)
+        first = model.forward(cache, tokens, valid, num_logits=width)[valid]  # [32, V]: the live positions
+        nxt = model.forward(cache, torch.tensor([[7], [9]]), torch.ones(2, 1, dtype=torch.bool))
+        logits.append((first, nxt))
+    assert torch.equal(logits[0][0], logits[1][0]) and torch.equal(logits[0][1], logits[1][1])
+
+
+def test_a_batch_attends_alike_on_one_thread_and_two():
+    """Where a call reads enough keys (kParallelWork in llama_layers.cpp: here 8 rows of a 60-token
+    prompt) its attention is shared among threads, a cache row's queries for one key head a unit, each
+    thread with its own scratch rows: the logits are those of one thread to the bit, in the prompt's
+    call and in the next one-token call, which reads the keys and values that call wrote."""
+    model = TransformersModel(grouped_llama())
+    tokens = torch.randint(0, 50, (8, 60), generator=torch.Generator().manual_seed(2))
+    before = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            cache = model.new_cache(8)
+            runs.append((model.forward(cache, tokens, num_logits=60), model.forward(cache, tokens[:, :1])))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
 @pytest.mark.parametrize("quantize", FORMATS)
 def test_padding_takes_no_part_in_the_products(quantize):
     """Positions marked not valid (a batch's left padding) leave the compiled loop as they came in

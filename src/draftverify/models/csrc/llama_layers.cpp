@@ -2,8 +2,9 @@
 // products in plain loops over the float32 states: RMS norm, rotary angles, the cache write, attention
 // (softmax over the keys the mask lets each query see, grouped heads), SiLU gate, residual adds. The
 // same arithmetic as the Python loop's ATen operations, summed in another order and with another
-// e^x (float32 rounding: tests/models/test_llama_layers.py). A query's attention reads the keys up to
-// its last visible one and no further, and its bits do not depend on the rest of the call. A
+// e^x (float32 rounding: tests/models/test_llama_layers.py). A query's attention reads the keys from
+// its first visible one to its last and no others, and its bits do not depend on the rest of the call
+// nor on the thread that computes it. A
 // one-token call of SmolLM2-135M runs some 30 ATen operations a layer, each a few microseconds of
 // dispatch and allocation, together as much as the call's matrix products once these stream GGUF
 // blocks; here a layer's work outside its four products is a few microseconds. The products are the
@@ -12,6 +13,7 @@
 // every product and of attention: a batch of prompts of different lengths pays for its tokens, not
 // for its rectangle.
 
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -244,42 +246,46 @@ ALWAYS_INLINE void softmax(float* row, int64_t T) {
   std::copy_n(tail, rest, row + full);
 }
 
-// The keys each live query sees, from its row of the mask: [0, limit) less `hidden` (ascending; none
-// under a causal mask, a tree of drafts' other branches otherwise). Read once a call, not per layer.
+// The keys each live query sees, from its row of the mask: [first, limit) less `hidden` (ascending; none
+// under a causal mask, a tree of drafts' other branches otherwise). `first` skips the keys hidden
+// before the first visible one (a left-padded prompt's padding), so a padded row reads, scores and
+// sums the same keys in the same order as the prompt alone. Read once a call, not per layer.
 struct Visible {
-  std::vector<int64_t> limit;
+  std::vector<int64_t> first, limit;
   std::vector<std::vector<int64_t>> hidden;
 
   Visible(const Mask& mask, const std::vector<int64_t>& live, int64_t S, int64_t T)
-      : limit(live.size(), T), hidden(live.size()) {
+      : first(live.size(), 0), limit(live.size(), T), hidden(live.size()) {
     if (mask.data == nullptr) return;
     for (std::size_t r = 0; r < live.size(); ++r) {
       const int64_t b = live[r] / S, s = live[r] % S;
       while (limit[r] > 0 && !mask.sees(b, s, limit[r] - 1)) --limit[r];
-      for (int64_t t = 0; t < limit[r]; ++t)
+      while (first[r] < limit[r] && !mask.sees(b, s, first[r])) ++first[r];
+      for (int64_t t = first[r]; t < limit[r]; ++t)
         if (!mask.sees(b, s, t)) hidden[r].push_back(t);
     }
   }
 };
 
 // Attention for N <= 3 query heads of one live query (`queries`; `rows`, N scratch rows of at least
-// `limit` floats; `outputs`) over one key head's keys and values (from `key` and `value`, row strides
-// kt, vt): scores over the keys below the query's limit, -inf at its hidden ones, softmax, weighted
+// `limit - first` floats; `outputs`) over one key head's keys and values (from `key` and `value`, row
+// strides kt, vt): scores over the keys in [first, limit), -inf at its hidden ones, softmax, weighted
 // values.
 template <int N>
 ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows, float* const* outputs, const float* key,
-                                int64_t kt, const float* value, int64_t vt, int64_t limit,
+                                int64_t kt, const float* value, int64_t vt, int64_t first, int64_t limit,
                                 const std::vector<int64_t>& hidden, int64_t D, float scale) {
-  if (limit == 0) {  // sees no key: no terms (the Python loop's softmax gives NaN; no one reads it)
+  const int64_t seen = limit - first;
+  if (seen == 0) {  // sees no key: no terms (the Python loop's softmax gives NaN; no one reads it)
     for (int i = 0; i < N; ++i) std::fill_n(outputs[i], D, 0.0f);
     return;
   }
-  score_tile<N>(queries, key, kt, limit, D, scale, rows);
+  score_tile<N>(queries, key + first * kt, kt, seen, D, scale, rows);
   for (int i = 0; i < N; ++i) {
-    for (const int64_t t : hidden) rows[i][t] = -std::numeric_limits<float>::infinity();
-    softmax(rows[i], limit);
+    for (const int64_t t : hidden) rows[i][t - first] = -std::numeric_limits<float>::infinity();
+    softmax(rows[i], seen);
   }
-  weigh_tile<N>(rows, value, vt, limit, D, outputs);
+  weigh_tile<N>(rows, value + first * vt, vt, seen, D, outputs);
 }
 
 // One layer's attention for n queries q [n, H, D] over the cache's keys and values [B, H_kv, T, D]
@@ -287,67 +293,86 @@ ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows,
 // chunk, in order): softmax(q k / sqrt(D)) v over the keys `visible` lets each query see, query head
 // h reading key head h / (H / H_kv); out [n, H, D]. Per query position and key head, its query heads
 // in tiles of up to kTile (3 where 32 registers hold three heads' accumulators, else 1) share each
-// load of a key or value chunk; the keys past the query's last visible one are neither scored nor
-// weighed (half the work of a prompt under the causal mask). Every score and output float is
-// summed as the query alone would sum it, over the same keys: whatever the tiling, the call's size
-// or the other queries, a query's output has the same bits (the softmax is this file's, over its
-// visible keys only).
+// load of a key or value chunk; the keys outside the query's visible span are neither scored nor
+// weighed (half the work of a prompt under the causal mask, none of a left-padded prompt's padding).
+// Every score and output float is summed as the query alone would sum it, over the same keys:
+// whatever the tiling, the call's size, the other queries or the thread, a query's output has the
+// same bits (the softmax is this file's, over its visible keys only). The units of work, a cache row's
+// queries for one key head (whose keys and values stay in cache across them), are shared among
+// threads by at::parallel_for when the call reads enough keys to pay for it (a batch of prompts; a
+// prompt's forward): a batch of 32 answers 300 tokens deep reads as many bytes of keys and values a
+// step as of weights.
+constexpr int64_t kParallelWork = 1 << 20;  // query-key-float products below which one thread attends
+
+// One call's attention, as attend_tiled reads it; `starts` splits the live queries by cache row.
+struct Attention {
+  const float* q;
+  const int64_t* live;
+  const float* k;
+  const float* v;
+  int64_t kb, kh, kt, vb, vh, vt, S, H, H_kv, D, T;
+  const Visible& visible;
+  float* out;
+  std::vector<int64_t> starts;  // the live queries of one cache row: starts[i] .. starts[i + 1] - 1
+};
+
+// The units [begin, end) of work: unit u is cache row u / H_kv's queries and key head u % H_kv.
 template <int kTile>
-ALWAYS_INLINE void attend_tiled(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys,
-                                const at::Tensor& values, int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T,
-                                const Visible& visible, float* out) {
-  const float* k = keys.data_ptr<float>();
-  const float* v = values.data_ptr<float>();
-  const int64_t kb = keys.stride(0), kh = keys.stride(1), kt = keys.stride(2);
-  const int64_t vb = values.stride(0), vh = values.stride(1), vt = values.stride(2);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int64_t G = H / H_kv;  // query heads per key head
-  std::vector<float> scratch(kTile * T);
-  for (int64_t r = 0; r < n;) {
-    const int64_t b = live[r] / S;
-    int64_t end = r;  // the live queries of row b: r .. end - 1
-    while (end < n && live[end] / S == b) ++end;
-    for (int64_t g = 0; g < H_kv; ++g) {  // a key head's keys and values stay in cache across the row's queries
-      const float* key = k + b * kb + g * kh;
-      const float* value = v + b * vb + g * vh;
-      for (int64_t j = r; j < end; ++j)
-        for (int64_t h = g * G; h < (g + 1) * G; h += kTile) {
-          const float* queries[kTile];
-          float* rows[kTile];
-          float* outputs[kTile];
-          const int64_t count = std::min<int64_t>(kTile, (g + 1) * G - h);
-          for (int64_t i = 0; i < count; ++i) {
-            queries[i] = q + (j * H + h + i) * D;
-            rows[i] = scratch.data() + i * T;
-            outputs[i] = out + (j * H + h + i) * D;
-          }
-          const auto run = [&](auto heads) {
-            attend_heads<decltype(heads)::value>(queries, rows, outputs, key, kt, value, vt, visible.limit[j],
-                                                 visible.hidden[j], D, scale);
-          };
-          if constexpr (kTile == 3) {
-            if (count == 3) run(std::integral_constant<int, 3>{});
-            else if (count == 2) run(std::integral_constant<int, 2>{});
-            else run(std::integral_constant<int, 1>{});
-          } else {
-            run(std::integral_constant<int, 1>{});
-          }
+ALWAYS_INLINE void attend_tiled(const Attention& a, int64_t begin, int64_t end) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.D));
+  const int64_t G = a.H / a.H_kv, D = a.D, H = a.H;  // G query heads per key head
+  std::vector<float> scratch(kTile * a.T);
+  for (int64_t unit = begin; unit < end; ++unit) {
+    const int64_t r = a.starts[unit / a.H_kv], stop = a.starts[unit / a.H_kv + 1], g = unit % a.H_kv;
+    const int64_t b = a.live[r] / a.S;
+    const float* key = a.k + b * a.kb + g * a.kh;  // a key head's keys and values stay in cache across the row's queries
+    const float* value = a.v + b * a.vb + g * a.vh;
+    for (int64_t j = r; j < stop; ++j)
+      for (int64_t h = g * G; h < (g + 1) * G; h += kTile) {
+        const float* queries[kTile];
+        float* rows[kTile];
+        float* outputs[kTile];
+        const int64_t count = std::min<int64_t>(kTile, (g + 1) * G - h);
+        for (int64_t i = 0; i < count; ++i) {
+          queries[i] = a.q + (j * H + h + i) * D;
+          rows[i] = scratch.data() + i * a.T;
+          outputs[i] = a.out + (j * H + h + i) * D;
         }
-    }
-    r = end;
+        const auto run = [&](auto heads) {
+          attend_heads<decltype(heads)::value>(queries, rows, outputs, key, a.kt, value, a.vt, a.visible.first[j],
+                                               a.visible.limit[j], a.visible.hidden[j], D, scale);
+        };
+        if constexpr (kTile == 3) {
+          if (count == 3) run(std::integral_constant<int, 3>{});
+          else if (count == 2) run(std::integral_constant<int, 2>{});
+          else run(std::integral_constant<int, 1>{});
+        } else {
+          run(std::integral_constant<int, 1>{});
+        }
+      }
   }
 }
 
-void attend_avx2(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
-                 int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T, const Visible& visible, float* out) {
-  attend_tiled<1>(q, n, live, keys, values, S, H, H_kv, D, T, visible, out);
-}
+void attend_avx2_units(const Attention& a, int64_t begin, int64_t end) { attend_tiled<1>(a, begin, end); }
 
 // The same code where AVX-512VL gives 32 vector registers (tiles of three heads: 24 accumulators).
 __attribute__((target("avx512f,avx512vl")))
-void attend_avx512(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
-                   int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T, const Visible& visible, float* out) {
-  attend_tiled<3>(q, n, live, keys, values, S, H, H_kv, D, T, visible, out);
+void attend_avx512_units(const Attention& a, int64_t begin, int64_t end) { attend_tiled<3>(a, begin, end); }
+
+template <void (*units)(const Attention&, int64_t, int64_t)>
+void attend(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
+            int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T, const Visible& visible, float* out) {
+  Attention a{q, live, keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0), keys.stride(1),
+              keys.stride(2), values.stride(0), values.stride(1), values.stride(2), S, H, H_kv, D, T, visible, out, {}};
+  int64_t work = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (r == 0 || live[r] / S != live[r - 1] / S) a.starts.push_back(r);
+    work += visible.limit[r] - visible.first[r];
+  }
+  a.starts.push_back(n);
+  const int64_t count = (static_cast<int64_t>(a.starts.size()) - 1) * H_kv;
+  if (work * H * D < kParallelWork) units(a, 0, count);
+  else at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) { units(a, begin, end); });
 }
 
 bool wide_registers() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"); }
@@ -391,7 +416,8 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
   const Visible visible(seen, live, size, T);
   // three heads a tile where the CPU has the registers, unless the products keep to AVX2 (a CPU without AVX-512
   // as DRAFTVERIFY_KERNEL=panel-avx2 imitates it); the same bits either way
-  const auto attend = !kind.empty() && kind[0] != kPanelAvx2 && wide_registers() ? attend_avx512 : attend_avx2;
+  const auto attend_all = !kind.empty() && kind[0] != kPanelAvx2 && wide_registers() ? attend<attend_avx512_units>
+                                                                                       : attend<attend_avx2_units>;
   const bool all = padding.empty();
   const at::Tensor kept = all ? at::Tensor() : at::from_blob(live.data(), {m}, at::kLong);
   x = x.contiguous();
@@ -430,7 +456,7 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
         std::copy_n(token + (H + H_kv + j) * D, D, v + b * vb + j * vh + (start + s) * vt);
       }
     }
-    attend(q.data_ptr<float>(), m, live.data(), keys[i], values[i], size, H, H_kv, D, T, visible, attended.data_ptr<float>());
+    attend_all(q.data_ptr<float>(), m, live.data(), keys[i], values[i], size, H, H_kv, D, T, visible, attended.data_ptr<float>());
     add(product(4 * i + 1, attended));
     rms_norm(stream, m, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
     const at::Tensor gate_up = product(4 * i + 2, h);  // [m, 2 I]
