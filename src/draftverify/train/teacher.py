@@ -143,7 +143,12 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     With ``features`` the model's cache keeps its hidden states (``model.keep_features(streams)``, a
     lean Llama forward; with ``streams`` the residual streams after those layers as well) and they are
     read back from the cache: the forwards that sampled the answers computed them already, so
-    labelling needs no second pass over the text (one more call feeds the last tokens drawn)."""
+    labelling needs no second pass over the text (one more call feeds the last tokens drawn).
+
+    A row that has drawn eos takes no further part: after its eos is fed, the tokens it keeps being
+    dealt are padding (``valid`` False) that the compiled loop leaves out of its products and
+    attention (:func:`~draftverify.models.llama.llama_layers`). The answers' laws are unchanged;
+    the other rows' products may round otherwise with fewer rows beside them."""
     if streams and not features:
         raise ValueError("streams: kept with the features only (features=True)")
     if features:
@@ -160,11 +165,12 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     finished = torch.zeros(rows, dtype=torch.bool)
     for step in range(max_new_tokens):
         if step:  # the tokens drawn last; the final ones are never fed (unless features are kept, below)
-            logits = model.forward(cache, token[:, None])[:, -1]
+            logits = model.forward(cache, token[:, None], fed)[:, -1]
         probs = torch.softmax(logits.double(), -1)  # [B, V]
         token = sample(probs, generator)  # [B]: inverse CDF in float64 (torch.multinomial took a third of a step)
         top = torch.topk(probs, top_k, -1)
         drawn.append(token), top_ids.append(top.indices.to(torch.int32)), top_probs.append(top.values.float())
+        fed = ~finished[:, None] if bool(finished.any()) else None  # [B, 1]: the rows still answering as they drew it
         finished |= token == eos
         if bool(finished.all()):
             break
@@ -172,7 +178,7 @@ def answer_batch(model, prompts: list[list[int]], max_new_tokens: int, eos: int,
     answers = [row[: row.index(eos) + 1] if eos in row else row for row in drawn_tokens]
     kept = None
     if features:
-        model.forward(cache, token[:, None])  # the last tokens drawn get their slots, hence their features
+        model.forward(cache, token[:, None], fed)  # the last tokens drawn get their slots, hence their features
         # [B, W, (1 + n) E] in slot order; with holes, a row's valid slots are its positions
         slots = model.kept_features(cache, streams)
         kept = [(slots[b][cache.valid[b]] if cache.holes else slots[b])[: len(prompts[b]) + len(answers[b])].clone()
