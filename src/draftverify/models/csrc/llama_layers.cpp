@@ -1,17 +1,16 @@
 // The decoder layers of draftverify.models.llama.llama_layers in one call, everything but the matrix
 // products in plain loops over the float32 states: RMS norm, rotary angles, the cache write, attention
 // (softmax over the keys the mask lets each query see, grouped heads), SiLU gate, residual adds. The
-// same arithmetic as the Python loop's ATen operations, summed in another order and with another
-// e^x (float32 rounding: tests/models/test_llama_layers.py). A query's attention reads the keys from
-// its first visible one to its last and no others, and its bits do not depend on the rest of the call
-// nor on the thread that computes it. A
-// one-token call of SmolLM2-135M runs some 30 ATen operations a layer, each a few microseconds of
-// dispatch and allocation, together as much as the call's matrix products once these stream GGUF
-// blocks; here a layer's work outside its four products is a few microseconds. The products are the
-// panel kernel's (panel_mm.cpp); the keys and values go straight into the static cache's buffers
-// (draftverify.models.static_cache.StaticKV). Positions marked as padding (`valid`) are left out of
-// every product and of attention: a batch of prompts of different lengths pays for its tokens, not
-// for its rectangle.
+// same arithmetic as the Python loop's ATen operations, summed in another order and with another e^x
+// (float32 rounding: tests/models/test_llama_layers.py). A query's attention reads the keys from its
+// first visible one to its last and no others, and its bits do not depend on the rest of the call nor
+// on the thread that computes it. A one-token call of SmolLM2-135M runs some 30 ATen operations a
+// layer, each a few microseconds of dispatch and allocation, together as much as the call's matrix
+// products once these stream GGUF blocks; here a layer's work outside its four products is a few
+// microseconds. The products are the panel kernel's (panel_mm.cpp); the keys and values go straight
+// into the static cache's buffers (draftverify.models.static_cache.StaticKV). Positions marked as
+// padding (`valid`) are left out of every product and of attention: a batch of prompts of different
+// lengths pays for its tokens, not for its rectangle.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
