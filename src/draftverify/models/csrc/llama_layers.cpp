@@ -248,21 +248,28 @@ ALWAYS_INLINE void softmax(float* row, int64_t T) {
 // The keys each live query sees, from its row of the mask: [first, limit) less `hidden` (ascending; none
 // under a causal mask, a tree of drafts' other branches otherwise). `first` skips the keys hidden
 // before the first visible one (a left-padded prompt's padding), so a padded row reads, scores and
-// sums the same keys in the same order as the prompt alone. Read once a call, not per layer.
+// sums the same keys in the same order as the prompt alone. With them, where each cache row's live
+// queries start (`starts`: row i's are starts[i] .. starts[i + 1] - 1) and the keys all of them read
+// (`spans`). Read once a call, not per layer.
 struct Visible {
-  std::vector<int64_t> first, limit;
+  std::vector<int64_t> first, limit, starts;
   std::vector<std::vector<int64_t>> hidden;
+  int64_t spans = 0;
 
   Visible(const Mask& mask, const std::vector<int64_t>& live, int64_t S, int64_t T)
       : first(live.size(), 0), limit(live.size(), T), hidden(live.size()) {
-    if (mask.data == nullptr) return;
     for (std::size_t r = 0; r < live.size(); ++r) {
       const int64_t b = live[r] / S, s = live[r] % S;
-      while (limit[r] > 0 && !mask.sees(b, s, limit[r] - 1)) --limit[r];
-      while (first[r] < limit[r] && !mask.sees(b, s, first[r])) ++first[r];
-      for (int64_t t = first[r]; t < limit[r]; ++t)
-        if (!mask.sees(b, s, t)) hidden[r].push_back(t);
+      if (r == 0 || b != live[r - 1] / S) starts.push_back(static_cast<int64_t>(r));
+      if (mask.data != nullptr) {
+        while (limit[r] > 0 && !mask.sees(b, s, limit[r] - 1)) --limit[r];
+        while (first[r] < limit[r] && !mask.sees(b, s, first[r])) ++first[r];
+        for (int64_t t = first[r]; t < limit[r]; ++t)
+          if (!mask.sees(b, s, t)) hidden[r].push_back(t);
+      }
+      spans += limit[r] - first[r];
     }
+    starts.push_back(static_cast<int64_t>(live.size()));
   }
 };
 
@@ -303,7 +310,7 @@ ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows,
 // step as of weights.
 constexpr int64_t kParallelWork = 1 << 20;  // query-key-float products below which one thread attends
 
-// One call's attention, as attend_tiled reads it; `starts` splits the live queries by cache row.
+// One layer's attention, as attend_tiled reads it.
 struct Attention {
   const float* q;
   const int64_t* live;
@@ -312,7 +319,6 @@ struct Attention {
   int64_t kb, kh, kt, vb, vh, vt, S, H, H_kv, D, T;
   const Visible& visible;
   float* out;
-  std::vector<int64_t> starts;  // the live queries of one cache row: starts[i] .. starts[i + 1] - 1
 };
 
 // The units [begin, end) of work: unit u is cache row u / H_kv's queries and key head u % H_kv.
@@ -322,7 +328,7 @@ ALWAYS_INLINE void attend_tiled(const Attention& a, int64_t begin, int64_t end) 
   const int64_t G = a.H / a.H_kv, D = a.D, H = a.H;  // G query heads per key head
   std::vector<float> scratch(kTile * a.T);
   for (int64_t unit = begin; unit < end; ++unit) {
-    const int64_t r = a.starts[unit / a.H_kv], stop = a.starts[unit / a.H_kv + 1], g = unit % a.H_kv;
+    const int64_t r = a.visible.starts[unit / a.H_kv], stop = a.visible.starts[unit / a.H_kv + 1], g = unit % a.H_kv;
     const int64_t b = a.live[r] / a.S;
     const float* key = a.k + b * a.kb + g * a.kh;  // a key head's keys and values stay in cache across the row's queries
     const float* value = a.v + b * a.vb + g * a.vh;
@@ -359,18 +365,12 @@ __attribute__((target("avx512f,avx512vl")))
 void attend_avx512_units(const Attention& a, int64_t begin, int64_t end) { attend_tiled<3>(a, begin, end); }
 
 template <void (*units)(const Attention&, int64_t, int64_t)>
-void attend(const float* q, int64_t n, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
+void attend(const float* q, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
             int64_t S, int64_t H, int64_t H_kv, int64_t D, int64_t T, const Visible& visible, float* out) {
-  Attention a{q, live, keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0), keys.stride(1),
-              keys.stride(2), values.stride(0), values.stride(1), values.stride(2), S, H, H_kv, D, T, visible, out, {}};
-  int64_t work = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    if (r == 0 || live[r] / S != live[r - 1] / S) a.starts.push_back(r);
-    work += visible.limit[r] - visible.first[r];
-  }
-  a.starts.push_back(n);
-  const int64_t count = (static_cast<int64_t>(a.starts.size()) - 1) * H_kv;
-  if (work * H * D < kParallelWork) units(a, 0, count);
+  const Attention a{q, live, keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0), keys.stride(1),
+                    keys.stride(2), values.stride(0), values.stride(1), values.stride(2), S, H, H_kv, D, T, visible, out};
+  const int64_t count = (static_cast<int64_t>(visible.starts.size()) - 1) * H_kv;
+  if (visible.spans * H * D < kParallelWork) units(a, 0, count);
   else at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) { units(a, begin, end); });
 }
 
@@ -455,7 +455,7 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
         std::copy_n(token + (H + H_kv + j) * D, D, v + b * vb + j * vh + (start + s) * vt);
       }
     }
-    attend_all(q.data_ptr<float>(), m, live.data(), keys[i], values[i], size, H, H_kv, D, T, visible, attended.data_ptr<float>());
+    attend_all(q.data_ptr<float>(), live.data(), keys[i], values[i], size, H, H_kv, D, T, visible, attended.data_ptr<float>());
     add(product(4 * i + 1, attended));
     rms_norm(stream, m, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
     const at::Tensor gate_up = product(4 * i + 2, h);  // [m, 2 I]
