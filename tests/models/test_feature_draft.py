@@ -183,6 +183,32 @@ def test_a_feature_draft_needs_the_targets_cache():
         draft.new_cache(1)
 
 
+def test_only_a_decoding_the_feature_draft_reads_keeps_the_targets_states():
+    """The target keeps its hidden states for the draft (keep_features) in the caches of a decoding
+    with that draft, not in ``ar``'s: its calls skip them there, the same logits to the bit and the
+    same tokens, so the baseline pays nothing for a draft it does not run. A draft refuses a
+    target cache without them."""
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, fusion=(1,))
+    plain = target.new_cache(1, features=False)
+    assert plain.backend.hidden is None
+    with pytest.raises(ValueError, match="target_cache: it keeps no hidden states"):
+        draft.new_cache(1, plain)
+    kept = target.new_cache(1)
+    tokens = torch.tensor([[1, 4, 6, 2, 9]])
+    assert torch.equal(target.forward(plain, tokens, num_logits=5), target.forward(kept, tokens, num_logits=5))
+    assert kept.backend.features.shape == (1, 5, 2 * target.config.hidden_size)
+    prompts = [[1], [2, 0, 5]]
+    ar = Decoder(target, draft, prompts, DecodeConfig("ar", max_new_tokens=6, ignore_eos=True))
+    sd = Decoder(target, draft, prompts, DecodeConfig("sd", draft_length=3, max_new_tokens=6, ignore_eos=True))
+    assert ar.target_cache.backend.hidden is None and sd.target_cache.backend.hidden is not None
+    with_states = Decoder(target, draft, prompts, DecodeConfig("ar", max_new_tokens=6, ignore_eos=True))
+    with_states.target_cache = target.new_cache(2)
+    for decoder in (ar, with_states):
+        while not decoder.done:
+            decoder.step()
+    assert [ar.generated(i) for i in range(2)] == [with_states.generated(i) for i in range(2)]
+
+
 @pytest.mark.parametrize("layers,fusion", [(1, ()), (2, ()), (1, (1,))])
 def test_save_and_load_keep_the_head(tmp_path, layers, fusion):
     _, draft = tiny_feature_pair(VOCAB, SUBSET, layers=layers, fusion=fusion)

@@ -6,7 +6,8 @@ interleaved in one run; and the one-token call's weight stream in
 bytes per second against a copy bandwidth measured in the same run.
 
 Each call is timed as the engine makes it, cache upkeep included: a one-token forward then the crop
-back to the same length (``ar``, and a draft step); ``score_drafts`` of the pending token plus L
+back to the same length (``ar``, on a cache that keeps no hidden states for a draft, and a draft
+step); ``score_drafts`` of the pending token plus L
 drafted tokens, ``keep_draft`` with ``accepted`` tokens, and the crop back (a speculative step). The
 cache holds the prompt and stays at that length, so every repeat sees the same work. Variants take
 turns call by call, so load drifts hit all alike; medians (or ``--statistic min``) over ``--repeats``,
@@ -123,7 +124,9 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], 
             if model is not None:
                 caches[role] = model.new_cache(1, caches.get("target"))  # a feature draft reads the target's
                 model.forward(caches[role], torch.tensor([prompt]), None, 1)
-        calls[name, "target_1"] = _one_token(target, caches["target"], generator)
+        caches["ar"] = target.new_cache(1, features=False)  # ar's: no hidden states kept for a draft
+        target.forward(caches["ar"], torch.tensor([prompt]), None, 1)
+        calls[name, "target_1"] = _one_token(target, caches["ar"], generator)
         for length in draft_lengths:
             calls[name, f"target_{length + 1}"] = _score(target, caches["target"], generator, length, accepted, num_drafts)
         if draft is not None:

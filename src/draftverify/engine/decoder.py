@@ -105,7 +105,8 @@ class Decoder:
         self.committed = [list(p) for p in prompts]
         self.states: list[Any] = [None] * len(prompts)
         self.active = list(range(len(prompts)))  # the prompt of each cache row
-        self.target_cache = target.new_cache(len(prompts))
+        reads = config.speculative and draft.reads_target  # only a feature draft's decoding keeps the target's states
+        self.target_cache = target.new_cache(len(prompts), features=reads)
         self.draft_cache = draft.new_cache(len(prompts), self.target_cache) if config.speculative else None
         policy = config.length_policy if config.speculative else None  # each prompt's L from its own past
         self.length_states = [policy.initial() for _ in prompts] if policy is not None else None

@@ -155,13 +155,16 @@ class LanguageModel(ABC):
     """Whether, as a draft, it drafts from the target's hidden states (a feature draft): before the
     target's first call of a decoding it has none to read, so that step is the target's alone."""
 
-    def new_cache(self, batch_size: int, target_cache: Cache | None = None) -> Cache:
+    def new_cache(self, batch_size: int, target_cache: Cache | None = None, *, features: bool = True) -> Cache:
         """An empty cache of ``batch_size`` rows. ``target_cache``: the target's cache of the same
         decoding, read by a draft that drafts from the target's hidden states
-        (:class:`~.feature_draft.FeatureDraft`); other models ignore it."""
+        (:class:`~.feature_draft.FeatureDraft`); other models ignore it. ``features``: for a target
+        that keeps its hidden states for such a draft (:meth:`~.hf.TransformersModel.keep_features`),
+        whether this cache keeps them; False for a decoding no such draft reads (``ar``, a token
+        draft), whose calls then skip them. Other models ignore it."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        return Cache(batch_size, self.initial_capacity, self._new_backend(batch_size))
+        return Cache(batch_size, self.initial_capacity, self._new_backend(batch_size, features))
 
     def forward(
         self,
@@ -293,7 +296,7 @@ class LanguageModel(ABC):
             self._truncate(cache, width)
 
     # --- what a backend implements -------------------------------------------------------------
-    def _new_backend(self, batch_size: int) -> Any:
+    def _new_backend(self, batch_size: int, features: bool = True) -> Any:
         return None
 
     @abstractmethod

@@ -279,17 +279,20 @@ class FeatureDraft(LanguageModel):
     def from_folder(cls, folder: str | Path, target: TransformersModel, **options: Any) -> FeatureDraft:
         return cls(FeatureHead.load(Path(folder)), target, **options)
 
-    def new_cache(self, batch_size: int, target_cache: Cache | None = None) -> Cache:
+    def new_cache(self, batch_size: int, target_cache: Cache | None = None, *, features: bool = True) -> Cache:
         """An empty cache of ``batch_size`` rows reading ``target_cache`` (the target's cache of the
         same decoding, ``batch_size`` rows or a divisor of it: row i reads target row i * B_t // B)."""
         if target_cache is None:
             raise ValueError("target_cache: a feature draft drafts from the target's hidden states; give the "
                              "target's cache of the same decoding")
+        if getattr(target_cache.backend, "hidden", None) is None:
+            raise ValueError("target_cache: it keeps no hidden states for this draft to read (made with "
+                             "features=False, or before the draft was built on its target)")
         cache = super().new_cache(batch_size)
         cache.backend.source = target_cache
         return cache
 
-    def _new_backend(self, batch_size: int) -> _Backend:
+    def _new_backend(self, batch_size: int, features: bool = True) -> _Backend:
         layers, heads, head_dim = len(self.layer.layers), self.layer.kv_heads, self.layer.head_dim
         kv = StaticKV(layers, batch_size, heads, head_dim, 0, torch.float32)
         return _Backend(kv, None, batch_size, self.embedding.shape[1])

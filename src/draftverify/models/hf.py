@@ -145,9 +145,11 @@ class TransformersModel(LanguageModel):
         norm) the forward computed there, followed by the residual streams after the first n decoder
         layers for each n of ``streams`` (:func:`.llama.llama_forward`), ``cache.backend.features``
         [B, T, (1 + len(streams)) E]: what a feature draft (:mod:`.feature_draft`) reads, the first E
-        columns where it reads the final state alone. Lean Llama forwards with the static cache only;
-        ``ValueError`` for ``streams`` other than those kept already (two fused drafts of one target
-        read the same streams)."""
+        columns where it reads the final state alone; all but a cache made with ``features=False``
+        (:meth:`~.base.LanguageModel.new_cache`: a decoding no feature draft reads, such as ``ar``,
+        whose calls then skip them). Lean Llama forwards with the static cache only; ``ValueError``
+        for ``streams`` other than those kept already (two fused drafts of one target read the same
+        streams)."""
         if not (self._static and isinstance(self._lean, LlamaWeights)):
             raise ValueError(f"{type(self.model).__name__}: only a Llama model on the static KV cache can keep its "
                              "hidden states for a feature draft")
@@ -178,11 +180,12 @@ class TransformersModel(LanguageModel):
     def _static(self) -> bool:
         return self.kv_cache == "static"
 
-    def _new_backend(self, batch_size: int) -> Any:
+    def _new_backend(self, batch_size: int, features: bool = True) -> Any:
         if not self._static:
             return self._cache_class(config=self.model.config)
         layers, heads, head_dim = self._lean.kv_shape
-        return StaticKV(layers, batch_size, heads, head_dim, self._static_length, self.model.dtype, self.feature_size)
+        return StaticKV(layers, batch_size, heads, head_dim, self._static_length, self.model.dtype,
+                        self.feature_size if features else 0)
 
     def _forward(self, cache: Cache, tokens, positions, holes, num_logits) -> torch.Tensor:
         size = tokens.shape[1]
@@ -197,8 +200,8 @@ class TransformersModel(LanguageModel):
             if self._static:
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
-                # hidden states for a feature draft
-                keep = {"keep": kv.write_features, "streams": self.feature_streams} if self.feature_size else {}
+                # hidden states for a feature draft, where this cache keeps them
+                keep = {"keep": kv.write_features, "streams": self.feature_streams} if kv.hidden is not None else {}
                 valid = cache.valid[:, -tokens.shape[1]:] if cache.holes else None  # the chunk's padding is skipped
                 logits = self._lean(kv, tokens, positions, mask, num_logits, valid=valid, **keep)
                 kv.advance(tokens.shape[1])
