@@ -24,7 +24,7 @@ from .panel_mm import ISAS, PanelLinear
 from .static_cache import StaticKV
 
 __all__ = ["LlamaWeights", "compiled_layers", "compiled_products", "is_lean_llama", "layer_counts", "llama_forward",
-           "llama_layers", "layer_weights"]
+           "llama_layers", "layer_weights", "rotary_angles"]
 
 
 def is_lean_llama(model: Any) -> bool:
@@ -166,8 +166,9 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
     if streams and keep is None:
         raise ValueError("streams: kept with the final hidden states only; give keep")
     x, kept, start = weights.embedding[tokens], [], 0
+    angles = rotary_angles(weights, x, positions)  # once for every run of layers
     for stop in (*streams, len(weights.layers)):
-        x = llama_layers(weights, write, x, positions, mask, valid, range(start, stop))  # [B, S, E]
+        x = llama_layers(weights, write, x, positions, mask, valid, range(start, stop), angles)  # [B, S, E]
         kept.append(x)
         start = stop
     if keep is None:
@@ -177,8 +178,16 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
     return output_logits(weights.head, weights.head_module, x[:, -num_logits:])  # [B, num_logits, V]
 
 
+def rotary_angles(weights: Any, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary cosines and sines [B, 1, S, D] of ``positions`` [B or 1, S] for the states ``x``
+    [B, S, E], from the model's own rotary module (``weights.rotary``), as :func:`llama_layers` reads them."""
+    cos, sin = weights.rotary(x, positions.expand(x.shape[0], x.shape[1]))  # [B, S, D] each
+    return cos[:, None], sin[:, None]
+
+
 def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch.Tensor,
-                 mask: torch.Tensor | None, valid: torch.Tensor | None = None, layers: range | None = None) -> torch.Tensor:
+                 mask: torch.Tensor | None, valid: torch.Tensor | None = None, layers: range | None = None,
+                 angles: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
     ``head_dim``; those of ``layers``, default all) applied to the input states ``x`` [B, S, E]: the
     states after the last layer.
@@ -191,10 +200,10 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     ``valid`` [B, S] (bool; None: all), where the chunk's positions are padding (False) that no one
     reads (the mask hides them): the compiled loop skips their products and attention (a batch's
     left-padded prompts) and zeroes their cache slots, the Python loop computes them; the other
-    positions come out alike."""
+    positions come out alike. ``angles``: :func:`rotary_angles` of these states and positions where
+    the caller has them (None: computed here)."""
     rows, size, width = x.shape
-    cos, sin = weights.rotary(x, positions.expand(rows, size))  # [B, S, D] each
-    cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, D]
+    cos, sin = rotary_angles(weights, x, positions) if angles is None else angles  # [B, 1, S, D] each
     grouped = weights.kv_heads != weights.heads
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     compiled = getattr(weights, "compiled", None)
