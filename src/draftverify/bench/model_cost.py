@@ -120,13 +120,15 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], 
     calls: dict[tuple[str, str], Callable[[], None]] = {}
     for name, (target, draft) in variants.items():
         caches = {}
+        reads = draft is not None and draft.reads_target  # as the decoder: the target's states kept where a draft reads them
         for role, model in (("target", target), ("draft", draft)):
             if model is not None:
-                caches[role] = model.new_cache(1, caches.get("target"))  # a feature draft reads the target's
+                caches[role] = model.new_cache(1, caches.get("target"), features=reads)  # a feature draft reads the target's
                 model.forward(caches[role], torch.tensor([prompt]), None, 1)
-        caches["ar"] = target.new_cache(1, features=False)  # ar's: no hidden states kept for a draft
-        target.forward(caches["ar"], torch.tensor([prompt]), None, 1)
-        calls[name, "target_1"] = _one_token(target, caches["ar"], generator)
+        if reads:  # ar's cache keeps none
+            caches["ar"] = target.new_cache(1, features=False)
+            target.forward(caches["ar"], torch.tensor([prompt]), None, 1)
+        calls[name, "target_1"] = _one_token(target, caches.get("ar", caches["target"]), generator)
         for length in draft_lengths:
             calls[name, f"target_{length + 1}"] = _score(target, caches["target"], generator, length, accepted, num_drafts)
         if draft is not None:
