@@ -144,5 +144,20 @@ def test_warp_refuses_logits_that_give_no_distribution(logits, temperature):
         warp(logits, temperature)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "all -inf"])
+@pytest.mark.parametrize("column", [0, 777, 49151])
+@pytest.mark.parametrize("settings", [{}, dict(temperature=0.7), dict(top_k=50), dict(top_p=0.9)])
+def test_warp_refuses_a_bad_row_among_good_ones_wherever_it_is(bad, column, settings):
+    # rows of the target's width: the vectorised softmax, whose NaN rows the check reads
+    logits = torch.randn(5, 49152, generator=torch.Generator().manual_seed(column))
+    if bad == "all -inf":
+        logits[3] = float("-inf")
+    else:
+        logits[3, column] = bad
+    assert not warp(logits[[0, 1, 2, 4]], **settings).isnan().any()
+    with pytest.raises(ValueError, match="logits: a row has"):
+        warp(logits, **settings)
+
+
 def test_warp_keeps_minus_inf_entries_beside_finite_ones_as_masked_tokens():
     assert warp(torch.tensor([[0.0, float("-inf")]])).tolist() == [[1.0, 0.0]]
