@@ -139,6 +139,30 @@ def test_one_drafted_position_reads_what_the_block_path_reads(seed):
     assert torch.equal(one[0], block[0]) and torch.equal(one[1], block[1])
 
 
+@pytest.mark.parametrize("fusion", [(), (1,)])
+def test_one_prompts_features_are_the_slots_the_block_path_reads(fusion):
+    # one prompt's positions read as a view of the target's slots where all were scored (exact None):
+    # the same features as the tensor path's gather; elsewhere (position 0, past what the target
+    # scored) the tensor path itself
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, fusion=fusion)
+    target_cache = target.new_cache(1)
+    target.forward(target_cache, torch.tensor([[3, 1, 4, 1, 5, 9]]))
+    cache = draft.new_cache(1, target_cache)
+    backend, source = cache.backend, target_cache
+    slots = _Slots(source.backend.features, None, draft._read)
+    viewed = 0
+    for start, size in itertools.product(range(8), range(1, 5)):
+        positions = torch.arange(start, start + size)[None]
+        with torch.inference_mode():
+            features, exact = draft._features(cache, positions)
+            expected, from_target = FeatureDraft._block_features(backend, slots, source.held, [0], positions)
+        assert torch.equal(features, expected)
+        assert (exact is None) == (0 < start and start + size - 1 <= source.held[0])
+        assert exact is None and bool(from_target.all()) or torch.equal(exact, from_target)
+        viewed += exact is None
+    assert viewed == 18  # starts 1..6, each of its sizes whose last position reads slot 5 at most
+
+
 def test_features_are_read_by_position_through_the_holes_of_a_batch():
     """Position i of a target row is its i-th valid slot: the same as reordering every row's valid
     slots first (what the draft did before reading only the slots it needs)."""

@@ -280,3 +280,15 @@ def test_a_target_keeps_one_set_of_streams():
     assert torch.equal(big.kept_features(cache), cache.backend.features[..., :width])  # the final states alone
     with pytest.raises(ValueError, match="keeps the streams after layers \\(1,\\), not \\(2,\\)"):
         big.kept_features(cache, (2,))
+
+
+@pytest.mark.parametrize("shape", [(1, 576), (5, 576), (2, 3, 64), (1, 1, 40)])
+def test_the_loops_rms_norm_is_f_rms_norm_to_float32_rounding(shape):
+    # the compiled op a feature draft's final norm runs (the block and the loop alike)
+    gen = torch.Generator().manual_seed(shape[-1])
+    x, weight = 3 * torch.randn(shape, generator=gen), torch.randn(shape[-1], generator=gen)
+    out = torch.ops.draftverify.rms_norm(x, weight, 1e-5)
+    assert out.shape == x.shape
+    torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (shape[-1],), weight, 1e-5), rtol=2e-6, atol=2e-6)
+    with pytest.raises(RuntimeError, match="rms_norm"):
+        torch.ops.draftverify.rms_norm(x.double(), weight, 1e-5)

@@ -58,7 +58,7 @@ from .base import Cache, LanguageModel, chunk_counts, chunk_positions
 from .ggml_blocks import BLOCK
 from .gpt2 import Linear, output_logits, q8_compiled
 from .hf import TransformersModel
-from .llama import compiled_layers, compiled_products, layer_counts, layer_weights, llama_layers
+from .llama import compiled_layers, compiled_products, layer_counts, layer_weights, llama_layers, rotary_table
 from .masks import causal_mask, slot_mask
 from .static_cache import StaticKV
 
@@ -95,7 +95,7 @@ class _Slots:
 
 
 def fused_features(kept: torch.Tensor, streams: int, project: Callable[[torch.Tensor], torch.Tensor],
-                   eps: float) -> torch.Tensor:
+                   eps: float, norm: Callable[[torch.Tensor, float], torch.Tensor] | None = None) -> torch.Tensor:
     """A fused draft's input feature g [..., E] from what the target keeps at a position, its final
     hidden state f followed by ``streams`` residual streams s_1..s_n, [..., (1 + n) E]:
 
@@ -107,12 +107,15 @@ def fused_features(kept: torch.Tensor, streams: int, project: Callable[[torch.Te
     others enter as a correction to it, so a head whose W is zero drafts as the head without them
     (a trained feature draft grows a fusion without losing what it drafts: :func:`~draftverify.train.feature_draft.with_fusion`),
     and each stream is normalised first (SmolLM2's middle stream has an RMS near 250, its final
-    state near 2). ``streams`` 0: f itself."""
+    state near 2). ``streams`` 0: f itself. ``norm(x, eps)``, the RMS norm without a weight of the
+    rows x [..., E] (None: ``F.rms_norm``; a feature draft passes the compiled loop's where its layer
+    runs compiled)."""
     width = kept.shape[-1] // (1 + streams)
     final = kept[..., :width]
     if not streams:
         return final
-    normed = F.rms_norm(kept[..., width:].unflatten(-1, (streams, width)), (width,), None, eps)  # [..., n, E]
+    streamed = kept[..., width:].unflatten(-1, (streams, width))  # [..., n, E]
+    normed = F.rms_norm(streamed, (width,), None, eps) if norm is None else norm(streamed, eps)
     return final + project(normed.reshape(-1, streams * width)).view(final.shape)
 
 
@@ -187,12 +190,12 @@ class FeatureHead(nn.Module):
         return head.eval()
 
 
-def _count_exact(cache: Cache, exact: torch.Tensor, valid: torch.Tensor | None, counts: list[int]) -> None:
+def _count_exact(cache: Cache, exact: torch.Tensor | None, valid: torch.Tensor | None, counts: list[int]) -> None:
     """After a forward of a chunk (``valid`` [B, S] or None; ``counts`` its new slots per row, as
     :func:`~.base.chunk_counts` gives them) whose features came from the target where ``exact``
-    [B, S]: extend each row's leading slots computed from the target's features
+    [B, S] (None: everywhere): extend each row's leading slots computed from the target's features
     (``cache.backend.exact``) by the forward's, if the row's slots were all such before."""
-    fresh = (exact if valid is None else valid & exact).sum(1).tolist()  # new slots from the target's features
+    fresh = counts if exact is None else (exact if valid is None else valid & exact).sum(1).tolist()  # from the target
     backend = cache.backend
     for b, (new, count) in enumerate(zip(fresh, counts)):
         before = cache.held[b] - count
@@ -205,7 +208,7 @@ class _Layer:
     """What :func:`~.llama.llama_layers` reads for the draft's layers."""
 
     layers: tuple[tuple[Any, ...], ...]
-    rotary: nn.Module
+    rotary: Any  # the head's rotary module or its table (:func:`~.llama.rotary_table`)
     heads: int
     kv_heads: int
     head_dim: int
@@ -261,11 +264,12 @@ class FeatureDraft(LanguageModel):
             self.output = Linear.of(head.head.weight.t().contiguous(), None, quantize, kernel)  # [E, N]
             self.fuse = None if head.fuse is None else Linear.of(head.fuse.weight.t().contiguous(), None, quantize, kernel)
         layers = tuple(layer_weights(layer, quantize, kernel) for layer in head.layers)
-        self.layer = _Layer(layers, head.rotary, config.num_attention_heads, config.num_key_value_heads,
+        self.layer = _Layer(layers, rotary_table(head.rotary), config.num_attention_heads, config.num_key_value_heads,
                             config.head_dim, compiled_layers(layers, config.head_dim))
         self.support = head.vocab
         self.norm_weight, self.norm_eps = head.norm.weight.detach(), head.norm.variance_epsilon
         self.norm_shape = (config.hidden_size,)
+        self._ones = torch.ones(config.hidden_size)  # the weight of the streams' norm (fused_features)
         products = compiled_products([self.fc, *(p for layer in layers for p in (*layer[1:3], *layer[4:6])), self.output])
         norms = [norm for layer in layers for norm in (layer[0], layer[3])]
         # a block's angles come from one rotary call over all its positions: not for the rope types whose
@@ -297,11 +301,15 @@ class FeatureDraft(LanguageModel):
         kv = StaticKV(layers, batch_size, heads, head_dim, 0, torch.float32)
         return _Backend(kv, None, batch_size, self.embedding.shape[1])
 
-    def _features(self, cache: Cache, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _features(self, cache: Cache, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The input features f_{j-1} [B, S, E] at ``positions`` j [B, S], and whether each came from
-        the target (or is position 0) [B, S] (module doc)."""
+        the target (or is position 0) [B, S], None where all did (module doc)."""
         backend, source = cache.backend, cache.backend.source
         rows, size = positions.shape
+        if rows == source.batch_size == 1 and not source.holes:  # one prompt: slot i of the target is position i
+            first, last = positions[0, 0].item() - 1, positions[0, -1].item() - 1
+            if 0 <= first and last - first == size - 1 and last < source.held[0]:  # consecutive, all scored
+                return self._read(source.backend.features[:, first: last + 1]), None  # as _block_features reads them
         slots = _Slots(source.backend.features, source.valid if source.holes else None, self._read)
         target_rows = [r * source.batch_size // rows for r in range(rows)]  # [B]: the target row each row reads
         if size == 1:  # a drafted position: decide per row on the host, one gather at most
@@ -316,7 +324,12 @@ class FeatureDraft(LanguageModel):
         if kept.shape[-1] < width:
             raise ValueError(f"target: it keeps {kept.shape[-1]} features a position; this draft fuses the streams after "
                              f"layers {self.head_module.fusion} (target.keep_features({self.head_module.fusion}))")
-        return fused_features(kept[..., :width], streams, self.fuse, self.head_module.config.rms_norm_eps)
+        return fused_features(kept[..., :width], streams, self.fuse, self.head_module.config.rms_norm_eps,
+                              None if self.layer.compiled is None else self._unweighted_norm)
+
+    def _unweighted_norm(self, x: torch.Tensor, eps: float) -> torch.Tensor:
+        """The compiled loop's RMS norm of the rows x [..., E] without a weight (a weight of ones: x / rms times 1)."""
+        return torch.ops.draftverify.rms_norm(x, self._ones, eps)
 
     @staticmethod
     def _block_features(backend: _Backend, slots: _Slots, held: list[int], target_rows: list[int],
@@ -365,14 +378,20 @@ class FeatureDraft(LanguageModel):
             x = self.fc(torch.cat([self.embedding[tokens], features], -1).view(rows * size, -1)).view(rows, size, -1)
             mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
             kv.reserve(size)
-            hidden = F.rms_norm(llama_layers(self.layer, kv, x, positions, mask, valid), self.norm_shape,
-                                self.norm_weight, self.norm_eps)  # [B, S, E]
+            hidden = self._final_norm(llama_layers(self.layer, kv, x, positions, mask, valid))  # [B, S, E]
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
             subset = output_logits(self.output, self.head_module.head, hidden[:, -num_logits:]).view(rows * num_logits, -1)  # [B n, N]
         _count_exact(cache, exact, valid, chunk_counts(cache, tokens, valid))
         backend.last_position = positions[:, -1].tolist()
         return subset.view(rows, num_logits, -1)  # over the support: zero draft probability outside it
+
+    def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """The final RMS norm of the layers' states x [..., E]: the compiled loop's where the layer runs
+        compiled (as the compiled block normalises), else ``F.rms_norm`` (float32 rounding apart)."""
+        if self.layer.compiled is not None:
+            return torch.ops.draftverify.rms_norm(x, self.norm_weight, self.norm_eps)
+        return F.rms_norm(x, self.norm_shape, self.norm_weight, self.norm_eps)
 
     def sample_block(self, cache: Cache, tokens: torch.Tensor, length: int, temperature: float,
                      generator: torch.Generator | None, top_k: int | None = None, top_p: float | None = None,
@@ -400,8 +419,11 @@ class FeatureDraft(LanguageModel):
             return None
         backend, kv = cache.backend, cache.backend.kv
         holes = valid is not None or cache.holes
-        chunk = chunk_positions(cache, rows, size, valid)  # [B, m], as forward counts them
-        positions = torch.cat([chunk, chunk[:, -1:] + torch.arange(1, length)], 1)  # [B, m + L - 1]
+        if holes:  # [B, m + L - 1]: the chunk's positions as forward counts them, then one more a drafted token
+            chunk = chunk_positions(cache, rows, size, valid)
+            positions = torch.cat([chunk, chunk[:, -1:] + torch.arange(1, length)], 1)
+        else:  # every row counts on from the width
+            positions = chunk_positions(cache, rows, fed, None)
         cache.append(tokens, valid, counts)
         if holes:  # the masks and padding _forward gives the layer, forward by forward
             slots = torch.cat([cache.valid, cache.valid.new_ones(rows, length - 1)], 1)  # [B, T + L - 1]
@@ -417,12 +439,12 @@ class FeatureDraft(LanguageModel):
             drafted, laws, last = torch.ops.draftverify.feature_draft_block(
                 tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], masks, valids, kv.keys,
                 kv.values, kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block,
-                length, temperature, top_k, top_p, generator)  # [B, L], [B, L, N], [B, E]
+                length, self.vocab_size, temperature, top_k, top_p, generator)  # [B, L], [B, L, V], [B, E]
             kv.advance(fed)
         _count_exact(cache, exact, valids[0], counts)
         cache.append(drafted[:, :-1], None, [length - 1] * rows)
         backend.last, backend.last_position = last, positions[:, -1].tolist()
-        return drafted, laws.new_zeros((rows, length, self.vocab_size)).index_copy_(2, self.support, laws)
+        return drafted, laws
 
     def get_output_embeddings(self) -> nn.Linear:
         """The output layer over the subset (what :class:`~.hidden.HiddenStateTap` hooks: with a hook on

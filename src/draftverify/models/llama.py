@@ -23,8 +23,8 @@ from .ggml_blocks import BlockLinear
 from .panel_mm import ISAS, PanelLinear
 from .static_cache import StaticKV
 
-__all__ = ["LlamaWeights", "compiled_layers", "compiled_products", "is_lean_llama", "layer_counts", "llama_forward",
-           "llama_layers", "layer_weights", "rotary_angles"]
+__all__ = ["LlamaWeights", "RotaryTable", "compiled_layers", "compiled_products", "is_lean_llama", "layer_counts",
+           "llama_forward", "llama_layers", "layer_weights", "rotary_angles", "rotary_table"]
 
 
 def is_lean_llama(model: Any) -> bool:
@@ -46,7 +46,7 @@ class LlamaWeights:
     embedding: torch.Tensor  # [V, E]
     layers: tuple[tuple[Any, ...], ...]
     final_norm: torch.nn.Module
-    rotary: torch.nn.Module  # positions -> (cos, sin) [B, S, D]
+    rotary: Any  # (x, positions) -> (cos, sin) [B, S, D]: the model's rotary module or its table (rotary_table)
     heads: int
     kv_heads: int
     head_dim: int
@@ -63,7 +63,7 @@ class LlamaWeights:
             layers = tuple(layer_weights(l, quantize, kernel) for l in body.layers)
             head = Linear.of(model.lm_head.weight.t().contiguous(), model.lm_head.bias, quantize, kernel)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return cls(body.embed_tokens.weight, layers, body.norm, body.rotary_emb, config.num_attention_heads,
+        return cls(body.embed_tokens.weight, layers, body.norm, rotary_table(body.rotary_emb), config.num_attention_heads,
                    config.num_key_value_heads, head_dim, head, model.lm_head, compiled_layers(layers, head_dim))
 
     @property
@@ -80,6 +80,37 @@ class LlamaWeights:
                  num_logits: int, keep: Callable[[torch.Tensor], None] | None = None,
                  valid: torch.Tensor | None = None, streams: tuple[int, ...] = ()) -> torch.Tensor:
         return llama_forward(self, write, tokens, positions, mask, num_logits, keep, valid, streams)
+
+
+class RotaryTable:
+    """A rotary module's cosines and sines looked up by position: the module computes them once for
+    positions 0..n-1 (n doubled as a text outgrows it) and a call gathers the rows of its positions.
+    Each value is an elementwise function of one position and one frequency (the module's
+    ``position * inv_freq``, then cos and sin), so the table holds the module's own values bit for bit
+    (tests/models/test_llama.py); a call is two gathers where the module's is about eight small
+    operations (0.15-0.2 ms a draft step with the caches cold after a target's pass, 2026-11-30).
+    For rope types whose angles do not depend on the position alone, see :func:`rotary_table`."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        self.rope_type = getattr(module, "rope_type", None)
+        self.cos = self.sin = torch.empty(0)  # [n, D]
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [B, S, D] (``x``'s dtype) at ``positions`` [B, S] (non-negative), as ``module(x, positions)``."""
+        needed = int(positions.max()) + 1
+        if needed > len(self.cos):
+            size = max(256, 2 * len(self.cos), needed)
+            with torch.inference_mode(False), torch.no_grad():
+                cos, sin = self.module(torch.zeros((), dtype=torch.float32), torch.arange(size)[None])  # [1, n, D]
+            self.cos, self.sin = cos[0], sin[0]
+        return self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)
+
+
+def rotary_table(module: torch.nn.Module) -> Any:
+    """``module`` as a :class:`RotaryTable` where its angles depend on the position alone, else
+    ``module`` itself (transformers' ``dynamic`` and ``longrope`` types follow the length of the call)."""
+    return module if getattr(module, "rope_type", "dynamic") in ("dynamic", "longrope") else RotaryTable(module)
 
 
 def layer_weights(layer: Any, quantize: str | None = None, kernel: str | None = None) -> tuple[Any, ...]:

@@ -6,39 +6,36 @@
 //
 // The same operations as the Python loop (FeatureDraft._forward, Decoder.draft_positions, warp,
 // sample) in the same order, each the same kernel: the products and the layer loop of
-// llama_layers.cpp, ATen's rms_norm, softmax, cumsum and searchsorted, the uniforms from the same
-// generator in the same order. So a block is bit for bit what the loop draws
-// (tests/models/test_feature_draft.py), without the loop's ~0.3 ms of Python and small operations
-// a position, which on this CPU cost as much as the draft's products.
+// llama_layers.cpp (its RMS norm for the final one too), ATen's softmax, the float64 cumulative sums
+// of inverse_cdf (in a plain loop), the uniforms from the same generator in the same order. So a block is bit for bit
+// what the loop draws (tests/models/test_feature_draft.py), without the loop's ~0.3 ms of Python and
+// small operations a position, which on this CPU cost as much as the draft's products.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/all.h>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
+#include <ATen/ops/copy.h>
 #include <ATen/ops/div.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/gt.h>
-#include <ATen/ops/index_select.h>
 #include <ATen/ops/logical_not.h>
 #include <ATen/ops/logical_or.h>
 #include <ATen/ops/lt.h>
 #include <ATen/ops/masked_fill.h>
-#include <ATen/ops/minimum.h>
-#include <ATen/ops/mul.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/rand.h>
-#include <ATen/ops/rms_norm.h>
 #include <ATen/ops/scatter.h>
-#include <ATen/ops/searchsorted.h>
 #include <ATen/ops/sort.h>
-#include <ATen/ops/stack.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/topk.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/_softmax.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -48,14 +45,48 @@
 
 namespace {
 
-// One index per row of probs [B, N] drawn by the uniform of the row: rng.inverse_cdf's arithmetic
-// (float64 cumulative sums, the first index past u times the row's total, never one of zero mass).
-at::Tensor inverse_cdf(const at::Tensor& probs, const at::Tensor& uniforms) {
-  const at::Tensor cdf = at::cumsum(probs, -1, at::kDouble);
-  const at::Tensor total = cdf.narrow(1, cdf.size(1) - 1, 1).contiguous();
-  const at::Tensor index = at::searchsorted(cdf, at::mul(uniforms.reshape({-1, 1}), total), false, true);
-  const at::Tensor reached = at::searchsorted(cdf, total, false, false);
-  return at::minimum(index, reached).select(1, 0);
+// Row b of probs [B, N] (float32, contiguous) drawn by uniforms[b] (float64), as rng.inverse_cdf
+// draws it: the cumulative sums in float64, summed in order of the index as ATen's cumsum sums them,
+// the first index whose sum exceeds u times the row's total or reaches the total (never one of zero
+// mass); then that index's token of the support, written to tokens[b] (one plain pass a row, no
+// intermediate tensors: the same index as searchsorted over the cumsum).
+void draw_tokens(const at::Tensor& probs, const at::Tensor& uniforms, const int64_t* support, int64_t* tokens) {
+  const int64_t rows = probs.size(0), size = probs.size(1);
+  const float* p = probs.data_ptr<float>();
+  const double* u = uniforms.data_ptr<double>();
+  for (int64_t b = 0; b < rows; ++b) {
+    const float* row = p + b * size;
+    double total = 0.0;
+    for (int64_t i = 0; i < size; ++i) total += static_cast<double>(row[i]);
+    const double value = u[b] * total;
+    double sum = 0.0;
+    int64_t index = size - 1;
+    for (int64_t i = 0; i < size; ++i) {
+      sum += static_cast<double>(row[i]);
+      if (sum > value || sum >= total) {
+        index = i;
+        break;
+      }
+    }
+    tokens[b] = support[index];
+  }
+}
+
+// Whether every row of logits [B, N] (float32, contiguous) has a finite largest entry: no NaN, no
+// +inf and at least one finite logit (the condition amax(-1).isfinite().all() states).
+bool finite_rows(const at::Tensor& logits) {
+  const int64_t rows = logits.size(0), size = logits.size(1);
+  const float* x = logits.data_ptr<float>();
+  for (int64_t b = 0; b < rows; ++b) {
+    bool finite = false;
+    for (int64_t i = 0; i < size; ++i) {
+      const float v = x[b * size + i];
+      if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) return false;
+      finite = finite || std::isfinite(v);
+    }
+    if (!finite) return false;
+  }
+  return true;
 }
 
 // probs._nucleus_drop's arithmetic on probs [B, N]: the tokens whose mass before them (descending,
@@ -101,12 +132,15 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
 }
 
 // tokens [B, m] (the chunk) with features [B, m, E] (f_{j-1} of each position), then L - 1 drafted
-// tokens: returns the L drafted token ids [B, L], their laws over the subset [B, L, N] and the last
-// position's feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; forward i
-// (0: the chunk) attends by masks[i] and skips the padding valids[i] marks, as FeatureDraft._forward
-// passes them to the layers (None where nothing is padded and the query is one token). With n
-// layers (one key tensor each), products 0 and 4n + 1 of the flat lists are fc and the output
-// layer, 1..4n the layers' (llama_layers.cpp); norms: the layers' two each, then the final one.
+// tokens: returns the L drafted token ids [B, L], their laws over the whole vocabulary [B, L, V]
+// (``vocab`` = V; zero outside the support, the subset's law at its tokens) and the last position's
+// feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; forward i (0: the
+// chunk) attends by masks[i] and skips the padding valids[i] marks, as FeatureDraft._forward passes
+// them to the layers (None where nothing is padded and the query is one token). With n layers (one
+// key tensor each), products 0 and 4n + 1 of the flat lists are fc and the output layer, 1..4n the
+// layers' (llama_layers.cpp); norms: the layers' two each, then the final one. The inputs'
+// gathering, the finiteness check, the draw and the laws' scatter into the vocabulary are plain
+// loops (copies, comparisons and the float64 sums inverse_cdf makes), the arithmetic ATen's.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const at::Tensor& tokens, const at::Tensor& features, const at::Tensor& embedding, const at::Tensor& support,
     const at::Tensor& cos, const at::Tensor& sin, const c10::List<std::optional<at::Tensor>>& masks,
@@ -114,8 +148,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     at::TensorList values, int64_t start, int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms,
     c10::ArrayRef<double> eps, at::IntArrayRef kind, at::TensorList weights,
     const c10::List<std::optional<at::Tensor>>& scales, const c10::List<std::optional<at::Tensor>>& offsets,
-    const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef outputs, int64_t length, double temperature,
-    std::optional<int64_t> top_k, std::optional<double> top_p, std::optional<at::Generator> generator) {
+    const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef outputs, int64_t length, int64_t vocab,
+    double temperature, std::optional<int64_t> top_k, std::optional<double> top_p,
+    std::optional<at::Generator> generator) {
   const size_t n = keys.size(), products = 4 * n + 2;
   TORCH_CHECK(n >= 1 && values.size() == n && kind.size() == products && weights.size() == products &&
                   scales.size() == products && offsets.size() == products && biases.size() == products &&
@@ -125,7 +160,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
               "feature_draft_block: a mask and a valid for each of the length forwards");
   TORCH_CHECK(length >= 1 && temperature > 0 && (!top_k || *top_k >= 1) && (!top_p || (*top_p > 0 && *top_p <= 1)),
               "feature_draft_block: length >= 1, temperature > 0, top_k >= 1, top_p in (0, 1]");
-  const int64_t rows = tokens.size(0), width = embedding.size(1);
+  const int64_t rows = tokens.size(0), width = embedding.size(1), subset = support.size(0);
+  TORCH_CHECK(tokens.scalar_type() == at::kLong && embedding.scalar_type() == at::kFloat && embedding.is_contiguous() &&
+                  support.scalar_type() == at::kLong &&
+                  support.is_contiguous() && support.dim() == 1 && vocab >= subset,
+              "feature_draft_block: int64 tokens, a contiguous float32 embedding, the support's int64 ids, vocab >= their count");
   const auto layer_list = [n](const c10::List<std::optional<at::Tensor>>& list) {
     c10::List<std::optional<at::Tensor>> layer;
     for (size_t i = 1; i <= 4 * n; ++i) layer.push_back(list.get(i));
@@ -133,34 +172,48 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
   };
   const size_t out = 4 * n + 1, final = 2 * n;  // the output layer's product, the final norm
   const auto layer_scales = layer_list(scales), layer_offsets = layer_list(offsets), layer_biases = layer_list(biases);
-  std::vector<at::Tensor> drafted, laws;
-  at::Tensor chunk = tokens, previous = features, last;
+  const at::Tensor drafted = at::empty({rows, length}, tokens.options().dtype(at::kLong));
+  const at::Tensor laws = at::zeros({rows, length, vocab}, embedding.options());
+  const int64_t* ids = support.data_ptr<int64_t>();
+  const float* table = embedding.data_ptr<float>();
+  at::Tensor chunk = tokens.contiguous(), previous = features.contiguous(), last;
   int64_t position = start;  // the first slot this forward writes
   for (int64_t i = 0; i < length; ++i) {
     const int64_t size = chunk.size(1);
-    const at::Tensor input = at::cat({embedding.index_select(0, chunk.reshape({-1})).view({rows, size, width}), previous}, -1);
-    const at::Tensor x = draftverify::product(kind[0], input.view({rows * size, 2 * width}), weights[0], scales.get(0),
-                                              offsets.get(0), biases.get(0), outputs[0]).view({rows, size, width});
+    // [e(x_j); f_{j-1}] for each position j of this forward: [B S, 2 E]
+    const at::Tensor input = at::empty({rows * size, 2 * width}, embedding.options());
+    float* row = input.data_ptr<float>();
+    const int64_t* token_ids = chunk.data_ptr<int64_t>();
+    const float* feature = previous.data_ptr<float>();
+    for (int64_t j = 0; j < rows * size; ++j, row += 2 * width) {
+      std::copy_n(table + token_ids[j] * width, width, row);
+      std::copy_n(feature + j * width, width, row + width);
+    }
+    const at::Tensor x = draftverify::product(kind[0], input, weights[0], scales.get(0), offsets.get(0), biases.get(0),
+                                              outputs[0]).view({rows, size, width});
     const int64_t first = position - start;  // this forward's angles
     const at::Tensor layers = draftverify::llama_layers(
         x, cos.narrow(2, first, size), sin.narrow(2, first, size), masks.get(i), valids.get(i), keys,
         values, position, heads, kv_heads, head_dim, norms.slice(0, final), eps.slice(0, final), kind.slice(1, 4 * n),
         weights.slice(1, 4 * n), layer_scales, layer_offsets, layer_biases, outputs.slice(1, 4 * n));
-    const at::Tensor hidden = at::rms_norm(layers, {width}, norms[final], eps[final]);  // [B, S, E]
-    last = hidden.select(1, size - 1).clone();  // [B, E]
-    const at::Tensor logits = draftverify::product(kind[out], hidden.narrow(1, size - 1, 1).reshape({rows, width}),
-                                                   weights[out], scales.get(out), offsets.get(out), biases.get(out), outputs[out]);
-    TORCH_CHECK(logits.amax(-1).isfinite().all().item<bool>(),
-                "feature_draft_block: a row has a NaN, a +inf, or no finite logit");
-    const at::Tensor probs = warp(logits, temperature, top_k, top_p);  // [B, N]
-    const at::Tensor token = support.index_select(0, inverse_cdf(probs, at::rand({rows}, generator, at::kDouble)));
-    drafted.push_back(token);
-    laws.push_back(probs);
+    const at::Tensor hidden = draftverify::rms_norm_rows(layers, norms[final], eps[final]);  // [B, S, E]
+    last = hidden.select(1, size - 1).contiguous();  // [B, E]
+    const at::Tensor logits = draftverify::product(kind[out], last, weights[out], scales.get(out), offsets.get(out),
+                                                   biases.get(out), outputs[out]).contiguous();
+    TORCH_CHECK(finite_rows(logits), "feature_draft_block: a row has a NaN, a +inf, or no finite logit");
+    const at::Tensor probs = warp(logits, temperature, top_k, top_p).contiguous();  // [B, N]
+    const at::Tensor token = at::empty({rows}, drafted.options());
+    draw_tokens(probs, at::rand({rows}, generator, at::kDouble), ids, token.data_ptr<int64_t>());
+    drafted.select(1, i).copy_(token);
+    const float* law = probs.data_ptr<float>();
+    float* full = laws.data_ptr<float>();
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t j = 0; j < subset; ++j) full[(b * length + i) * vocab + ids[j]] = law[b * subset + j];
     position += size;
     chunk = token.view({rows, 1});
     previous = last.view({rows, 1, width});
   }
-  return {at::stack(drafted, 1), at::stack(laws, 1), last};
+  return {drafted, laws, last};
 }
 
 }  // namespace
@@ -169,6 +222,6 @@ TORCH_LIBRARY_FRAGMENT(draftverify, m) {
   m.def("feature_draft_block(Tensor tokens, Tensor features, Tensor embedding, Tensor support, Tensor cos, Tensor sin, "
         "Tensor?[] masks, Tensor?[] valids, Tensor[] keys, Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, "
         "float[] eps, int[] kind, Tensor[] weights, Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs, "
-        "int length, float temperature, int? top_k, float? top_p, Generator? generator) -> (Tensor, Tensor, Tensor)",
+        "int length, int vocab, float temperature, int? top_k, float? top_p, Generator? generator) -> (Tensor, Tensor, Tensor)",
         &feature_draft_block);
 }

@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/index_copy.h>
 #include <ATen/ops/index_select.h>
@@ -471,9 +472,21 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
   return at::index_copy(x.view({n, width}), 0, kept, y).view({rows, size, width});
 }
 
+at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && weight.dim() == 1 && x.dim() >= 1 &&
+                  x.size(-1) == weight.size(0),
+              "rms_norm: float32 rows [..., E] and a float32 weight [E]");
+  const at::Tensor rows = x.contiguous(), w = weight.contiguous();
+  at::Tensor out = at::empty_like(rows);
+  const int64_t width = w.size(0);
+  ::rms_norm(rows.data_ptr<float>(), width ? rows.numel() / width : 0, width, w.data_ptr<float>(), eps, out.data_ptr<float>());
+  return out;
+}
+
 }  // namespace draftverify
 
 TORCH_LIBRARY_FRAGMENT(draftverify, m) {
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &draftverify::rms_norm_rows);
   m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor? valid, Tensor[] keys, Tensor[] values, int start, "
         "int heads, int kv_heads, int head_dim, Tensor[] norms, float[] eps, int[] kind, Tensor[] weights, "
         "Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs) -> Tensor",

@@ -1,5 +1,5 @@
-// The decoder-layer loop of llama_layers.cpp and its product dispatch, for the other sources of the
-// extension (feature_draft.cpp).
+// The decoder-layer loop of llama_layers.cpp, its product dispatch and its RMS norm, for the other
+// sources of the extension (feature_draft.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,5 +21,9 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
                         at::IntArrayRef kind, at::TensorList weights, const c10::List<std::optional<at::Tensor>>& scales,
                         const c10::List<std::optional<at::Tensor>>& offsets,
                         const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef outputs);
+
+// Rows x [..., E] normalised by their root mean square, times weight [E], as the loop normalises
+// (float32, sums in 16 lanes: F.rms_norm's result to float32 rounding); a new tensor.
+at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 }  // namespace draftverify
