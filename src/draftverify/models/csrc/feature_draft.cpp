@@ -7,9 +7,10 @@
 // The same operations as the Python loop (FeatureDraft._forward, Decoder.draft_positions, warp,
 // sample) in the same order, each the same kernel: the products and the layer loop of
 // llama_layers.cpp (its RMS norm for the final one too), ATen's softmax, the float64 cumulative sums
-// of inverse_cdf (in a plain loop), the uniforms from the same generator in the same order. So a block is bit for bit
-// what the loop draws (tests/models/test_feature_draft.py), without the loop's ~0.3 ms of Python and
-// small operations a position, which on this CPU cost as much as the draft's products.
+// of inverse_cdf (in a plain loop), the uniforms from the same generator in the same order. So a
+// block is bit for bit what the loop draws (tests/models/test_feature_draft.py), without the loop's
+// ~0.3 ms of Python and small operations a position, which on this CPU cost as much as the draft's
+// products.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/all.h>
@@ -186,6 +187,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const int64_t* token_ids = chunk.data_ptr<int64_t>();
     const float* feature = previous.data_ptr<float>();
     for (int64_t j = 0; j < rows * size; ++j, row += 2 * width) {
+      TORCH_CHECK(0 <= token_ids[j] && token_ids[j] < embedding.size(0), "feature_draft_block: token id ", token_ids[j],
+                  " outside the embedding's ", embedding.size(0), " rows");
       std::copy_n(table + token_ids[j] * width, width, row);
       std::copy_n(feature + j * width, width, row + width);
     }
