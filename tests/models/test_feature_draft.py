@@ -14,6 +14,7 @@ from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.models.feature_draft import FeatureDraft, FeatureHead, _Backend, _Slots, is_feature_draft
 from draftverify.models.ggml_blocks import int8_activations_compiled
 from draftverify.models.hf import TransformersModel
+from draftverify.probs import warp
 from draftverify.testing import goodness_of_fit
 from draftverify.train.feature_draft import residual_streams
 from tests.engine.test_draft_length import sometimes_ar
@@ -390,6 +391,19 @@ def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_dr
     elif not warping:
         assert not bool(zeros.any())
     assert [exact, last_position] == rest[:2] and torch.equal(last, rest[2])
+
+
+def test_a_draft_state_of_nan_is_refused_by_the_block_as_by_the_loop():
+    # the block's warp checks its rows after the softmax as probs.warp does
+    target, draft = tiny_feature_pair(VOCAB, SUBSET)
+    assert draft.compiled_block is not None
+    target_cache = target.new_cache(1)
+    target.forward(target_cache, torch.tensor([[1, 4, 6]]))
+    draft.norm_weight.fill_(float("nan"))  # the final norm's weight: NaN states, NaN logits
+    with pytest.raises(RuntimeError, match="a row has a NaN"):
+        draft.sample_block(draft.new_cache(1, target_cache), torch.tensor([[1, 4, 6]]), 2, 1.0, torch.Generator())
+    with pytest.raises(ValueError, match="a row has a NaN"):
+        warp(draft.forward(draft.new_cache(1, target_cache), torch.tensor([[1, 4, 6]]), None, 1, on_support=True))
 
 
 def test_the_compiled_block_is_left_out_where_a_hook_reads_the_output_layer():

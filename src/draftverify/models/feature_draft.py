@@ -58,7 +58,7 @@ from .base import Cache, LanguageModel, chunk_counts, chunk_positions
 from .ggml_blocks import BLOCK
 from .gpt2 import Linear, output_logits, q8_compiled
 from .hf import TransformersModel
-from .llama import compiled_layers, compiled_products, layer_counts, layer_weights, llama_layers, rotary_table
+from .llama import RotaryTable, compiled_layers, compiled_products, layer_counts, layer_weights, llama_layers, rotary_table
 from .masks import causal_mask, slot_mask
 from .static_cache import StaticKV
 
@@ -272,9 +272,9 @@ class FeatureDraft(LanguageModel):
         self._ones = torch.ones(config.hidden_size)  # the weight of the streams' norm (fused_features)
         products = compiled_products([self.fc, *(p for layer in layers for p in (*layer[1:3], *layer[4:6])), self.output])
         norms = [norm for layer in layers for norm in (layer[0], layer[3])]
-        # a block's angles come from one rotary call over all its positions: not for the rope types whose
-        # frequencies follow the positions of the call (transformers' dynamic_rope_update)
-        static_angles = getattr(head.rotary, "rope_type", "dynamic") not in ("dynamic", "longrope")
+        # a block's angles come from one rotary call over all its positions: only where they depend on the
+        # position alone, as a rotary table holds them (not transformers' dynamic_rope_update types)
+        static_angles = isinstance(self.layer.rotary, RotaryTable)
         self.compiled_block = None if self.layer.compiled is None or products is None or not static_angles else (
             [*(norm.weight for norm in norms), self.norm_weight],
             [*(norm.variance_epsilon for norm in norms), self.norm_eps], *products)  # csrc/feature_draft.cpp

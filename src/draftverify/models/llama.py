@@ -93,7 +93,6 @@ class RotaryTable:
 
     def __init__(self, module: torch.nn.Module):
         self.module = module
-        self.rope_type = getattr(module, "rope_type", None)
         self.cos = self.sin = torch.empty(0)  # [n, D]
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

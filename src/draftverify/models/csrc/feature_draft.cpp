@@ -73,23 +73,6 @@ void draw_tokens(const at::Tensor& probs, const at::Tensor& uniforms, const int6
   }
 }
 
-// Whether every row of logits [B, N] (float32, contiguous) has a finite largest entry: no NaN, no
-// +inf and at least one finite logit (the condition amax(-1).isfinite().all() states).
-bool finite_rows(const at::Tensor& logits) {
-  const int64_t rows = logits.size(0), size = logits.size(1);
-  const float* x = logits.data_ptr<float>();
-  for (int64_t b = 0; b < rows; ++b) {
-    bool finite = false;
-    for (int64_t i = 0; i < size; ++i) {
-      const float v = x[b * size + i];
-      if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) return false;
-      finite = finite || std::isfinite(v);
-    }
-    if (!finite) return false;
-  }
-  return true;
-}
-
 // probs._nucleus_drop's arithmetic on probs [B, N]: the tokens whose mass before them (descending,
 // ties by the lower id) reaches top_p, sorted over the 64 most probable candidates, eight times
 // more until they decide (every kept token more probable than the last candidate), at most all N.
@@ -118,13 +101,18 @@ at::Tensor nucleus_drop(const at::Tensor& probs, double top_p) {
 // probs.warp's arithmetic on logits [B, N] with temperature > 0: the scores logits / temperature,
 // those below the top_k-th largest set to -inf, the softmax, then the tokens nucleus_drop drops set
 // to zero and the rest renormalised (each step only where it removes something: top_k < N, top_p < 1).
+// As probs.warp, a row with a NaN, a +inf or no finite logit is refused after the softmax, which
+// leaves such a row NaN everywhere and any other row nowhere: its first column tells.
 at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int64_t> top_k, std::optional<double> top_p) {
   at::Tensor scores = temperature != 1.0 ? at::div(logits, temperature) : logits;
   if (top_k && *top_k < scores.size(-1)) {
     const at::Tensor kth = std::get<0>(at::topk(scores, *top_k, -1)).narrow(-1, *top_k - 1, 1);
     scores = scores.masked_fill(at::lt(scores, kth), -std::numeric_limits<double>::infinity());
   }
-  at::Tensor probs = at::_softmax(scores, -1, false);
+  at::Tensor probs = at::_softmax(scores, -1, false).contiguous();
+  const float* first = probs.data_ptr<float>();
+  for (int64_t b = 0; b < probs.size(0); ++b)
+    TORCH_CHECK(!std::isnan(first[b * probs.size(1)]), "feature_draft_block: a row has a NaN, a +inf, or no finite logit");
   if (top_p && *top_p < 1.0) {
     probs = probs.masked_fill(nucleus_drop(probs, *top_p), 0.0);
     probs = at::div(probs, probs.sum(-1, true));
@@ -140,8 +128,8 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
 // them to the layers (None where nothing is padded and the query is one token). With n layers (one
 // key tensor each), products 0 and 4n + 1 of the flat lists are fc and the output layer, 1..4n the
 // layers' (llama_layers.cpp); norms: the layers' two each, then the final one. The inputs'
-// gathering, the finiteness check, the draw and the laws' scatter into the vocabulary are plain
-// loops (copies, comparisons and the float64 sums inverse_cdf makes), the arithmetic ATen's.
+// gathering, the draw and the laws' scatter into the vocabulary are plain loops (copies,
+// comparisons and the float64 sums inverse_cdf makes), the arithmetic ATen's.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const at::Tensor& tokens, const at::Tensor& features, const at::Tensor& embedding, const at::Tensor& support,
     const at::Tensor& cos, const at::Tensor& sin, const c10::List<std::optional<at::Tensor>>& masks,
@@ -203,7 +191,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     last = hidden.select(1, size - 1).contiguous();  // [B, E]
     const at::Tensor logits = draftverify::product(kind[out], last, weights[out], scales.get(out), offsets.get(out),
                                                    biases.get(out), outputs[out]).contiguous();
-    TORCH_CHECK(finite_rows(logits), "feature_draft_block: a row has a NaN, a +inf, or no finite logit");
     const at::Tensor probs = warp(logits, temperature, top_k, top_p).contiguous();  // [B, N]
     const at::Tensor token = at::empty({rows}, drafted.options());
     draw_tokens(probs, at::rand({rows}, generator, at::kDouble), ids, token.data_ptr<int64_t>());
