@@ -37,3 +37,8 @@ def test_the_table_gives_the_modules_angles_bit_for_bit(shape):
 def test_a_rope_whose_angles_follow_the_call_keeps_its_module():
     module = rotary(rope_type="dynamic", factor=2.0)
     assert rotary_table(module) is module
+
+
+def test_a_negative_position_is_a_value_error_naming_positions():
+    with pytest.raises(ValueError, match="positions"):
+        RotaryTable(rotary())(torch.zeros(2), torch.tensor([[0, -1]]))

@@ -96,8 +96,12 @@ class RotaryTable:
         self.cos = self.sin = torch.empty(0)  # [n, D]
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [B, S, D] (``x``'s dtype) at ``positions`` [B, S] (non-negative), as ``module(x, positions)``."""
-        needed = int(positions.max()) + 1
+        """cos, sin [B, S, D] (``x``'s dtype) at ``positions`` [B, S], as ``module(x, positions)``;
+        ``ValueError`` for a negative position (a table row it does not have)."""
+        low, high = (int(v) for v in positions.aminmax())
+        if low < 0:
+            raise ValueError(f"positions: a rotary table holds positions >= 0, got {low}")
+        needed = high + 1
         if needed > len(self.cos):
             size = max(256, 2 * len(self.cos), needed)
             with torch.inference_mode(False), torch.no_grad():
