@@ -82,3 +82,43 @@ def test_every_target_variant_keeps_the_streams_a_fused_draft_reads():
     cache = draft.new_cache(1, scored)
     with pytest.raises(ValueError, match="target: it keeps 32 features a position; this draft fuses the streams"):
         draft.forward(cache, torch.tensor([[1, 2, 3]]))
+
+
+@pytest.mark.skipif(not kernel().compiled, reason=f"panel kernel unavailable: {kernel().reason}")
+def test_a_draft_phase_is_timed_as_the_decoder_drafts_and_leaves_the_cache_where_it_was(target, monkeypatch):
+    """A feature draft's step and phase run its compiled block, draws included, as the engine runs
+    them (before 2026-11-30 they ran its Python forwards: c read twice the engine's); a draft
+    without a block runs its forwards. Either way each timed call crops back to the prompt."""
+    from tests.factories import tiny_feature_pair
+
+    feature_target, feature = tiny_feature_pair(11, torch.tensor([0, 2, 3, 5, 7]), quantize="int8")
+    plain = TransformersModel(tiny_causal_lm(40, arch="gpt2", width=16, layers=1, seed=2, dtype=torch.float32))
+    blocks, forwards, lengths = [], [], []
+    for model in (feature, plain):
+        sample_block, forward, crop = model.sample_block, model.forward, model.crop
+
+        def block(cache, tokens, length, *args, sample_block=sample_block, model=model):
+            out = sample_block(cache, tokens, length, *args)
+            blocks.append((model, length, out is not None))
+            return out
+
+        def counted(cache, tokens, *args, forward=forward, model=model, **kwargs):
+            forwards.append((model, tokens.shape[1]))
+            return forward(cache, tokens, *args, **kwargs)
+
+        def cropped(cache, length, crop=crop, model=model):
+            crop(cache, length)
+            lengths.append((model, tuple(torch.as_tensor(length).flatten().tolist())))
+
+        monkeypatch.setattr(model, "sample_block", block)
+        monkeypatch.setattr(model, "forward", counted)
+        monkeypatch.setattr(model, "crop", cropped)
+    call_costs({"feature": (feature_target, feature), "plain": (target, plain)}, list(range(6)), repeats=2,
+               draft_lengths=[3], accepted=1)
+    assert {(length, ran) for model, length, ran in blocks if model is feature} == {(1, True), (3, True)}
+    assert {(length, ran) for model, length, ran in blocks if model is plain} == {(1, False), (3, False)}
+    assert {m for model, m in forwards if model is feature} == {6}  # the prompt alone: every step drafted in its block
+    timed_plain = [m for model, m in forwards if model is plain][1:]  # after the prompt: one token a forward
+    assert set(timed_plain) == {1} and len(timed_plain) == 7 * (1 + 3)  # 5 warm-up and 2 timed rounds of 1 + 3
+    assert {length for model, length in lengths if model is feature} == {(6,)}  # every crop back to the prompt
+    assert {length for model, length in lengths if model is plain} == {(6,)}

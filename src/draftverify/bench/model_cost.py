@@ -6,8 +6,11 @@ interleaved in one run; and the one-token call's weight stream in
 bytes per second against a copy bandwidth measured in the same run.
 
 Each call is timed as the engine makes it, cache upkeep included: a one-token forward then the crop
-back to the same length (``ar``, on a cache that keeps no hidden states for a draft, and a draft
-step); ``score_drafts`` of the pending token plus L
+back to the same length (``ar``, on a cache that keeps no hidden states for a draft); a draft
+phase of L tokens as the decoder drafts them (a draft with a compiled block,
+:meth:`~draftverify.models.base.LanguageModel.sample_block`, in that block at temperature 1, its
+draws included; else L one-token forwards), then the crop back, a draft step being the phase of one
+token; ``score_drafts`` of the pending token plus L
 drafted tokens, ``keep_draft`` with ``accepted`` tokens, and the crop back (a speculative step). The
 cache holds the prompt and stays at that length, so every repeat sees the same work. Variants take
 turns call by call, so load drifts hit all alike; medians (or ``--statistic min``) over ``--repeats``,
@@ -83,10 +86,16 @@ def _one_token(model: LanguageModel, cache: Any, generator: torch.Generator) -> 
 
 
 def _draft_phase(model: LanguageModel, cache: Any, generator: torch.Generator, length: int) -> Callable[[], None]:
-    def call() -> None:  # L one-token forwards on each row, then one crop back (the engine's draft phase)
-        for _ in range(length):
-            model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator), None, 1,
-                          on_support=True)
+    def call() -> None:  # the engine's draft phase of L tokens on each row, then one crop back
+        chunk = torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator)
+        # a draft with a compiled block drafts in it, draws included, as the decoder's draft_block does at
+        # temperature 1 (before 2026-11-30 this timed L Python forwards: the feature draft's c read 0.050
+        # where the engine's block costs 0.024, and tune priced every L at that cost)
+        if model.sample_block(cache, chunk, length, 1.0, generator) is None:
+            model.forward(cache, chunk, None, 1, on_support=True)
+            for _ in range(length - 1):
+                model.forward(cache, torch.randint(0, model.vocab_size, (cache.batch_size, 1), generator=generator),
+                              None, 1, on_support=True)
         model.crop(cache, model.lengths(cache) - length)
 
     return call
@@ -109,8 +118,8 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], 
                statistic: str = "median", clock: str = "wall",
                progress: Progress | None = None) -> dict[str, dict[str, float]]:
     """Seconds per call (``statistic`` of the repeats: median or min, on ``clock``) of each kind (``target_1``, ``target_{L+1}`` for each L, and when the
-    variant has a draft ``draft_1`` and ``draft_phase_{L}``: L draft forwards then one crop, as a step
-    drafts) for each variant (name -> (target, draft or None)), calls interleaved across variants and
+    variant has a draft ``draft_1`` and ``draft_phase_{L}``: a draft phase of 1 and of L tokens then one
+    crop, as the decoder drafts: module doc) for each variant (name -> (target, draft or None)), calls interleaved across variants and
     kinds; ``progress`` (see :mod:`.progress`) follows the rounds. With K = ``num_drafts`` > 1 the
     target scores K drafts of L tokens and a draft step runs on K rows, as the engine's step does."""
     if accepted > min(draft_lengths):
@@ -133,7 +142,7 @@ def call_costs(variants: dict[str, tuple[LanguageModel, LanguageModel | None]], 
             calls[name, f"target_{length + 1}"] = _score(target, caches["target"], generator, length, accepted, num_drafts)
         if draft is not None:
             draft.reindex(caches["draft"], [0] * num_drafts)  # the engine's K draft rows
-            calls[name, "draft_1"] = _one_token(draft, caches["draft"], generator)
+            calls[name, "draft_1"] = _draft_phase(draft, caches["draft"], generator, 1)  # one draft step: c
             for length in draft_lengths:
                 calls[name, f"draft_phase_{length}"] = _draft_phase(draft, caches["draft"], generator, length)
     for call in calls.values():  # warm-up
