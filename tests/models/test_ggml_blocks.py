@@ -25,7 +25,8 @@ from draftverify.models.toy import tiny_causal_lm
 from tests.factories import block_llama, q4_1_weight, q8_0_weight
 
 needs_avx512 = pytest.mark.skipif("avx512" not in kernel().isas, reason="the block product runs on AVX-512 CPUs only")
-needs_vnni = pytest.mark.skipif(not int8_activations_compiled(), reason="the 8-bit activation product runs on AVX-512 VNNI only")
+needs_vnni = pytest.mark.skipif(not int8_activations_compiled(),
+                                reason="the 8-bit activation product runs compiled on AVX2 with F16C or AVX-512 VNNI only")
 SHAPES = [(576, 576), (576, 960), (1536, 576), (64, 5), (32, 17)]  # [in, out]: SmolLM2's products, odd ones
 WIDE = [(576, 3072), (576, 49152)]  # its gate and up, its output layer: fewer row counts (time)
 
@@ -224,6 +225,9 @@ def test_the_int8_activation_formula_is_the_blocks_times_the_rounded_activations
 @pytest.mark.parametrize("shape", SHAPES + WIDE)
 @pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
 def test_the_vnni_product_computes_the_formula_and_each_row_alone(shape, fmt):
+    """The compiled 8-bit activation product (VNNI where the CPU has it, else AVX2): each row's bits
+    its own, the formula up to float32 rounding order, and on a VNNI CPU the AVX2 path's bits the
+    VNNI path's (the same integer sums, the same float32 arithmetic after them)."""
     weight, bias = weight_and_bias(shape, fmt)
     compiled, eager = BlockLinear(weight, bias, "int8"), BlockLinear(weight, bias, "int8", compiled=False)
     assert compiled.format == fmt and compiled.compiled and not eager.compiled
@@ -235,7 +239,12 @@ def test_the_vnni_product_computes_the_formula_and_each_row_alone(shape, fmt):
         assert torch.equal(compiled(x[:rows]), alone[:rows]), rows
     scale = (x.abs().amax() * weight.abs().amax(0).sum()).item()  # a bound on |out|
     torch.testing.assert_close(alone, eager(x), rtol=1e-5, atol=2e-7 * scale)  # float32 rounding order only
-    assert compiled.nbytes == BlockLinear(weight, bias).nbytes  # the same bytes streamed as the float32-activation blocks
+    if "avx512" in kernel().isas:  # the float32-activation blocks run there only
+        assert compiled.nbytes == BlockLinear(weight, bias).nbytes  # the same bytes streamed as they stream
+    if torch.ops.draftverify.block_q8_vnni():
+        avx2 = torch.ops.draftverify.block_q8_mm(x, compiled.codes, compiled.scales, compiled.offsets, compiled.bias,
+                                                 compiled.out_features, "avx2")
+        assert torch.equal(avx2, alone)
 
 
 @needs_avx512
@@ -268,6 +277,11 @@ def test_the_vnni_product_refuses_what_it_cannot_run():
         torch.ops.draftverify.block_q8_mm(torch.ones(1, 48), blocks.codes, blocks.scales, blocks.offsets, None, 16)
     with pytest.raises(RuntimeError, match="codes must be"):  # the float32-activation layout is not this one
         torch.ops.draftverify.block_q8_mm(torch.ones(1, 64), blocks.codes[:, :16], blocks.scales, blocks.offsets, None, 16)
+    with pytest.raises(RuntimeError, match="isa must be"):
+        torch.ops.draftverify.block_q8_mm(torch.ones(1, 64), blocks.codes, blocks.scales, blocks.offsets, None, 16, "sse")
+    if not torch.ops.draftverify.block_q8_vnni():
+        with pytest.raises(RuntimeError, match="VNNI"):
+            torch.ops.draftverify.block_q8_mm(torch.ones(1, 64), blocks.codes, blocks.scales, blocks.offsets, None, 16, "avx512")
 
 
 def test_without_vnni_the_int8_activation_product_runs_eagerly_with_a_warning(monkeypatch):

@@ -188,8 +188,9 @@ def r_floor(tokens: int, weights: int, flops: float, one_token_seconds: float) -
 def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
               kv_cache: str) -> tuple[dict[str, tuple[TransformersModel, LanguageModel | None]], dict[str, str]]:
     """The target model under each matrix kernel (the panel kernel, float32 and int8, where it runs;
-    its GGUF block product where the weights are GGML blocks, and those blocks times 8-bit activations
-    where the CPU has AVX-512 VNNI: :mod:`~draftverify.models.ggml_blocks`),
+    its GGUF block product where the weights are GGML blocks and the CPU has AVX-512, and those blocks
+    times 8-bit activations where that product runs compiled, named by its instruction set (VNNI:
+    avx512, else avx2): :mod:`~draftverify.models.ggml_blocks`),
     and the variants left out with the reason."""
     kinds = {"eager": dict(kernel="eager")}
     for isa in kernel().isas:  # each instruction set the CPU runs
@@ -197,17 +198,19 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
     variants = {name: (TransformersModel(model, tokenizer, kv_cache=kv_cache, **options), draft)
                 for name, options in kinds.items()}
     left_out = {}
-    if "avx512" in kernel().isas:
-        try:
-            variants["panel_avx512_gguf"] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize="gguf"), draft)
-            if int8_activations_compiled():
-                variants["panel_avx512_gguf_q8"] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize="gguf-q8"), draft)
-            else:
-                left_out["panel_avx512_gguf_q8"] = "the 8-bit activation block product runs on AVX-512 VNNI CPUs only"
-        except NotBlocks as error:  # a target not converted from a GGUF file of Q4_1 / Q8_0 blocks
-            left_out["panel_avx512_gguf"] = left_out["panel_avx512_gguf_q8"] = str(error)
-    else:
+    blocks = {"panel_avx512_gguf": "gguf"} if "avx512" in kernel().isas else {}
+    if "avx512" not in kernel().isas:
         left_out["panel_avx512_gguf"] = "the GGUF block product runs on AVX-512 CPUs only"
+    q8 = f"panel_{'avx512' if int8_activations_compiled() and torch.ops.draftverify.block_q8_vnni() else 'avx2'}_gguf_q8"
+    if int8_activations_compiled():
+        blocks[q8] = "gguf-q8"
+    else:
+        left_out[q8] = "the 8-bit activation block product runs compiled on AVX2 with F16C or AVX-512 VNNI CPUs only"
+    for name, quantize in blocks.items():
+        try:
+            variants[name] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize=quantize), draft)
+        except NotBlocks as error:  # a target not converted from a GGUF file of Q4_1 / Q8_0 blocks
+            left_out[name] = str(error)
     if isinstance(draft, FeatureDraft):  # every target variant keeps the hidden states (and streams) the draft reads
         for target, _ in variants.values():
             target.keep_features(draft.head_module.fusion)

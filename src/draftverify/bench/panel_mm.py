@@ -1,7 +1,8 @@
 """Microseconds per small-row product x [M, K] @ W [K, N] with W out of cache: the panel kernel
 (float32 and int8, :mod:`draftverify.models.panel_mm`; on AVX-512 CPUs its product over the GGML Q4_1
-blocks the weights are made of, :mod:`draftverify.models.ggml_blocks`, and on AVX-512 VNNI CPUs those
-blocks times activations rounded to 8 bits, ``_q8``) beside torch.mm (MKL),
+blocks the weights are made of, :mod:`draftverify.models.ggml_blocks`, and where its 8-bit activation
+product runs compiled (AVX-512 VNNI, or AVX2 with F16C) those blocks times activations rounded to 8
+bits, ``_q8``) beside torch.mm (MKL),
 oneDNN's prepacked linear (what the eager lean forwards run) and numpy (OpenBLAS), and a copy
 bandwidth, in one run. The weights are dequantized from random Q4_1 blocks, as SmolLM2's are (a
 float32 kernel sees float32 weights like any other).
@@ -82,9 +83,9 @@ def _products(weights: list[torch.Tensor]) -> tuple[dict[str, Product], dict[str
     if "avx512" in kernel().isas:
         blocks = [BlockLinear(w, None) for w in weights]
         products["panel_avx512_q4_1"], nbytes["panel_avx512_q4_1"] = lambda x, i: blocks[i](x), blocks[0].nbytes
-    if int8_activations_compiled():  # the same blocks times 8-bit activations (VNNI)
-        q8 = [BlockLinear(w, None, "int8") for w in weights]
-        products["panel_avx512_q4_1_q8"], nbytes["panel_avx512_q4_1_q8"] = lambda x, i: q8[i](x), q8[0].nbytes
+    if int8_activations_compiled():  # the same blocks times 8-bit activations (VNNI, else AVX2)
+        q8, name = [BlockLinear(w, None, "int8") for w in weights], f"panel_{'avx512' if torch.ops.draftverify.block_q8_vnni() else 'avx2'}_q4_1_q8"
+        products[name], nbytes[name] = lambda x, i: q8[i](x), q8[0].nbytes
     products["torch_mm"] = lambda x, i: torch.mm(x, weights[i])
     onednn = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 5) for w in weights]
     products["onednn"] = lambda x, i: torch.ops.mkldnn._linear_pointwise(x, onednn[i], None, "none", [], "")

@@ -32,7 +32,7 @@ Quantize = Annotated[str | None, typer.Option(
     "quantized once at load; a quarter of the bytes per call; the target's law is then the int8 model's); gguf, a target converted from a "
     "GGUF file streamed as the GGML blocks its weights came from (Q4_1/Q8_0, AVX-512; the same model, bit-identical products, 5 bits a "
     "weight); gguf-q8, those blocks times activations rounded to 8 bits per block of 32 as llama.cpp computes them (a model of its own; "
-    "AVX-512 VNNI, else slow).", show_default="gguf for a GGUF target on an AVX-512 CPU, else float32")]
+    "AVX-512 VNNI or AVX2, else slow).", show_default="gguf for a GGUF target on an AVX-512 CPU, else float32")]
 DraftFolder = Annotated[str | None, typer.Option(help="Transformer draft model folder.", show_default="the named target's own draft")]
 JsonFile = Annotated[str | None, typer.Option(metavar="FILE", help="Also write the JSON to this file.", show_default="none")]
 DraftLength = Annotated[str | None, typer.Option(

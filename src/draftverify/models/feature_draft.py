@@ -231,10 +231,11 @@ class FeatureDraft(LanguageModel):
     """A :class:`FeatureHead` drafting for ``target`` (module doc); its products through the same
     kernels as the target's lean forward (``quantize``, ``kernel`` as :meth:`~.gpt2.Linear.of`).
     ``quantize="auto"`` (the default) is "q8" where the 8-bit activation product runs compiled (AVX-512
-    VNNI) and every product's input size is a multiple of 32: the weights rounded to Q8_0 blocks times
-    the activations rounded to 8 bits a block, as ``gguf-q8`` multiplies (a draft phase of L = 3 in
-    2.03-2.18 ms against 2.28-2.63 with "int8" on SmolLM2, and first-position acceptance 0.6141
-    against 0.6128 on the card's held-out answers: docs/results/speed_smollm2.md); else "int8", the
+    VNNI, or AVX2 with F16C) and every product's input size is a multiple of 32: the weights rounded to
+    Q8_0 blocks times the activations rounded to 8 bits a block, as ``gguf-q8`` multiplies (a draft
+    phase of L = 3 in 2.03-2.18 ms against 2.28-2.63 with "int8" on SmolLM2 with VNNI, of L = 4 in 3.25
+    against 4.60 ms on an AVX2 EPYC; first-position acceptance 0.6141 against 0.6128 on the card's
+    held-out answers: docs/results/speed_smollm2.md); else "int8", the
     weight-only int8 product (a quarter of float32's bytes). The draft's precision never touches
     exactness: its law is that of the products it runs, which its tokens are drawn from. None keeps
     float32. :attr:`quantize` says which ran."""

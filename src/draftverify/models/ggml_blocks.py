@@ -19,7 +19,9 @@ The same blocks can multiply activations rounded to 8 bits (``BlockLinear(..., a
 ``quantize="gguf-q8"``), which is how llama.cpp runs a Q4_1 / Q8_0 file: per row and block of 32
 inputs, ``d_x = max |x| / 127`` and ``q_x = round(x / d_x)`` (:func:`round_activations`), so a block's
 dot product is one exact integer sum scaled once. On AVX-512 VNNI (``vpdpbusd``: 64 byte products
-an instruction against the float32 FMA's 16) the product is no longer bound by multiplications
+an instruction against the float32 FMA's 16), and on AVX2 CPUs without it (``vpmaddubsw`` then
+``vpmaddwd``: 32 byte products in two instructions, the same integer sums and float32 arithmetic, so
+the same bits), the product is no longer bound by multiplications
 (``bench panel-mm``: 576 x 1536 out of cache, one thread, 27 us for one row against 50 for the
 float32-activation blocks, 41 against 108 for five). It is a different model from the float32 one
 (held-out loss +0.004 nats a token on SmolLM2, as weight-only int8; ``docs/results/heldout_loss.py``)
@@ -203,8 +205,8 @@ def _eager_int8_warning(reason: str) -> None:
 
 
 def int8_activations_compiled() -> bool:
-    """Whether ``block_q8_mm`` (AVX-512 VNNI) runs here."""
-    return "avx512" in kernel().isas and bool(torch.ops.draftverify.block_q8_ready())
+    """Whether ``block_q8_mm`` runs here: on AVX-512 VNNI, else on AVX2 with F16C (the same bits)."""
+    return kernel().compiled and bool(torch.ops.draftverify.block_q8_ready())
 
 
 class BlockLinear:
@@ -214,8 +216,8 @@ class BlockLinear:
     ``activations="float32"``: the block product bit-identical to the float32 one (``ValueError`` if
     the CPU has no AVX-512). ``activations="int8"``: x rounded to 8 bits per block of 32 as llama.cpp
     does (:func:`round_activations`; a different model from the float32 one, at 8-bit activation
-    precision), its integer block sums on AVX-512 VNNI (``block_q8_mm``); ``compiled=False``, or a CPU
-    without VNNI (with a warning), computes the same in torch (:func:`int8_activation_product`)."""
+    precision), its integer block sums on AVX-512 VNNI or AVX2 (``block_q8_mm``); ``compiled=False``, or
+    a CPU without either (with a warning), computes the same in torch (:func:`int8_activation_product`)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activations: str = "float32",
                  compiled: bool | None = None):
@@ -226,9 +228,10 @@ class BlockLinear:
         if activations == "int8":
             ready = int8_activations_compiled()
             if compiled and not ready:
-                raise ValueError("compiled=True: the 8-bit activation block product needs the panel kernel and AVX-512 VNNI, not here")
+                raise ValueError("compiled=True: the 8-bit activation block product needs the panel kernel on AVX2 with F16C "
+                                 "or AVX-512 VNNI, not here")
             if compiled is None and not ready:
-                _eager_int8_warning(kernel().reason or "no AVX-512 VNNI")
+                _eager_int8_warning(kernel().reason or "neither AVX2 with F16C nor AVX-512 VNNI")
             compiled = ready if compiled is None else compiled
         self.activations, self.compiled = activations, activations == "float32" or bool(compiled)
         with torch.no_grad():

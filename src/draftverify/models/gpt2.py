@@ -85,8 +85,9 @@ def _gguf_fallback() -> None:
 
 def q8_compiled(kernel: str | None = None) -> bool:
     """Whether :meth:`Linear.of` with ``quantize="q8"`` (or "gguf-q8") and ``kernel`` runs the
-    compiled 8-bit-activation product: the CPU runs it (AVX-512 VNNI) and ``kernel`` neither asks for
-    the eager arithmetic ("eager") nor conflicts with it ("panel-avx2", refused there)."""
+    compiled 8-bit-activation product: the CPU runs it (AVX-512 VNNI, or AVX2 with F16C) and ``kernel``
+    neither asks for the eager arithmetic ("eager") nor conflicts with it ("panel-avx2", which keeps
+    AVX-512 out of every product: refused there, as the VNNI product would run)."""
     return kernel not in ("eager", "panel-avx2") and int8_activations_compiled()
 
 
@@ -109,8 +110,8 @@ class Linear:
         GGML blocks they were dequantized from (:class:`.ggml_blocks.BlockLinear`, AVX-512; bit-identical
         to the float32 panel product); on a CPU without AVX-512, the float32 product with a warning.
         ``quantize="gguf-q8"``: those blocks times the activations rounded to 8 bits per block of 32, as
-        llama.cpp multiplies them (a new model; AVX-512 VNNI, where the CPU lacks it or ``kernel="eager"``
-        the same arithmetic in torch). ``quantize="q8"`` (a feature draft's, not a target's option):
+        llama.cpp multiplies them (a new model; AVX-512 VNNI, else AVX2 with F16C; where the CPU has
+        neither or ``kernel="eager"`` the same arithmetic in torch). ``quantize="q8"`` (a feature draft's, not a target's option):
         the float32 weight rounded to Q8_0 blocks (:func:`.ggml_blocks.quantize_q8_0`), then as
         "gguf-q8"."""
         if quantize not in (None, *QUANTIZE, "q8"):
@@ -121,7 +122,8 @@ class Linear:
             raise ValueError(f"kernel must be None, 'eager' or one of {panels}, got {kernel!r}")
         if quantize in ("q8", "gguf-q8"):
             if kernel == "panel-avx2":
-                raise ValueError(f"quantize={quantize!r} runs on AVX-512 VNNI (or eagerly); kernel='panel-avx2' conflicts")
+                raise ValueError(f"quantize={quantize!r} runs on AVX-512 VNNI where the CPU has it (or eagerly); "
+                                 "kernel='panel-avx2' conflicts")
             blocks = quantize_q8_0(weight) if quantize == "q8" else weight
             return BlockLinear(blocks, bias, "int8", None if kernel is None else kernel != "eager")
         if quantize == "gguf":

@@ -76,7 +76,7 @@ class TransformersModel(LanguageModel):
     the int8 model's. ``quantize="gguf"``: a model converted from a GGUF file streams its weights
     as the GGML blocks they came from (:mod:`.ggml_blocks`): the same model, 5 bits a weight (float32
     where the CPU has no AVX-512, with a warning); ``quantize="gguf-q8"``: those blocks times the
-    activations rounded to 8 bits as llama.cpp does (a new model; AVX-512 VNNI, else eager).
+    activations rounded to 8 bits as llama.cpp does (a new model; AVX-512 VNNI or AVX2, else eager).
     ``weight_format``: "float32", "int8", "gguf" or "gguf-q8", what the products stream."""
 
     def __init__(self, model: Any, tokenizer: Any = None, *, kv_cache: str | None = None,

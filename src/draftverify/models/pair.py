@@ -79,7 +79,7 @@ def load_pair(target: str | Path | None = None, draft: str | Path | None = None,
     weights streamed as the GGML blocks they came from (:mod:`.ggml_blocks`; the same model, its
     products bit-identical to float32's; ``ValueError`` for weights that are not such blocks);
     "gguf-q8", those blocks times activations rounded to 8 bits as llama.cpp computes them (a model of
-    its own, AVX-512 VNNI; :mod:`.ggml_blocks`); None,
+    its own, AVX-512 VNNI or AVX2; :mod:`.ggml_blocks`); None,
     "gguf" for a GGUF target (the default pair, a ``.gguf`` file) where the CPU runs the block
     product (AVX-512) and its weights are Q4_1 / Q8_0 blocks, else "float32".
     """

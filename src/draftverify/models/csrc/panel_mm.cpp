@@ -534,6 +534,81 @@ constexpr std::array<Block<BlockPanel<Bits>, Q8Row>, sizeof...(I)> q8_table512(s
 
 #pragma GCC pop_options
 
+// The same product on AVX2 (with F16C for the scales), for CPUs without VNNI: the integer sums of a
+// block from vpmaddubsw (unsigned x signed bytes, adjacent pairs summed to 16 bits) and vpmaddwd (the
+// pairs of a column's group of 4 summed to 32 bits), 8 columns a ymm. Q8_0: the codes' q + 128 as q;
+// |q| (0..128, unsigned) times x sign(q) (-127..127), so each pair is at most 2 x 128 x 127 < 2^15 and
+// never saturates, and the block sum is sum(q_w q_x) itself (VNNI: sum((q_w + 128) q_x) - 128 sum(q_x),
+// the same integer). Q4_1: the nibbles (0..15) times x directly. The integer sums are exact and the
+// float32 arithmetic after them is the VNNI block's, lane by lane in the same order, so a row's result
+// is the VNNI product's bit for bit (tests/models/test_ggml_blocks.py).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+constexpr int kMaxRowsQ8Avx2 = 2;  // 4 integer sums, 4 float32 accumulators, the weights and their magnitudes
+
+template <int R, int Bits>
+void q8_panel2(const Q8Row* rows, int64_t, const Panel<BlockPanel<Bits>>* p, int64_t K, int64_t ldo) {
+  constexpr int64_t code_bytes = kBlock * kPanel * Bits / 8;  // per block
+  __m256 acc[R][2];
+  UNROLL for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const BlockPanel<Bits>& w = p[0].w;
+  const __m256i ones = _mm256_set1_epi16(1), nibble = _mm256_set1_epi8(0x0F), bias128 = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const uint8_t* codes = w.codes + b * code_bytes;
+    for (int64_t line = 0; line < code_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetch + line, _MM_HINT_T0);
+    __m256i sum[R][2];
+    UNROLL for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm256_setzero_si256();
+    UNROLL for (int g = 0; g < 8; ++g) {
+      __m256i magnitude[2], sign[2];  // per half (columns 0-7, 8-15): the unsigned operand, and what signs x
+      UNROLL for (int h = 0; h < 2; ++h) {
+        if constexpr (Bits == 4) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * (g % 4) + 32 * h));
+          magnitude[h] = _mm256_and_si256(g < 4 ? v : _mm256_srli_epi16(v, 4), nibble);
+        } else {
+          sign[h] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * g + 32 * h)), bias128);
+          magnitude[h] = _mm256_abs_epi8(sign[h]);
+        }
+      }
+      UNROLL for (int r = 0; r < R; ++r) {
+        int32_t four;
+        std::memcpy(&four, rows[r].q + b * kBlock + 4 * g, 4);
+        const __m256i x = _mm256_set1_epi32(four);
+        UNROLL for (int h = 0; h < 2; ++h) {
+          const __m256i pairs = _mm256_maddubs_epi16(magnitude[h], Bits == 4 ? x : _mm256_sign_epi8(x, sign[h]));
+          sum[r][h] = _mm256_add_epi32(sum[r][h], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+    }
+    UNROLL for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + b * kPanel + 8 * h)));
+      const __m256 mw = Bits == 4 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.offsets + b * kPanel + 8 * h)))
+                                  : _mm256_setzero_ps();
+      UNROLL for (int r = 0; r < R; ++r) {
+        acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][h]), _mm256_mul_ps(dw, _mm256_set1_ps(rows[r].d[b])), acc[r][h]);
+        if constexpr (Bits == 4) acc[r][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(rows[r].s[b]), acc[r][h]);
+      }
+    }
+  }
+  UNROLL for (int r = 0; r < R; ++r) {
+    alignas(32) float row[kPanel];
+    _mm256_store_ps(row, acc[r][0]);
+    _mm256_store_ps(row + 8, acc[r][1]);
+    if (p[0].bias != nullptr)
+      for (int64_t c = 0; c < p[0].cols; ++c) row[c] += p[0].bias[c];
+    std::memcpy(p[0].out + r * ldo, row, p[0].cols * sizeof(float));
+  }
+}
+
+template <int Bits, std::size_t... I>
+constexpr std::array<Block<BlockPanel<Bits>, Q8Row>, sizeof...(I)> q8_table2(std::index_sequence<I...>) {
+  return {&q8_panel2<I + 1, Bits>...};
+}
+
+bool has_f16c() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
+
+#pragma GCC pop_options
+
 // The activations of x [M, K] rounded per block of 32 (see above): codes [M, K], d_x [M, K / 32],
 // s_x [M, K / 32] and -128 sum(q_x) [M, K / 32], a block in four AVX2 vectors.
 struct Q8Activations {
@@ -626,15 +701,22 @@ void product_panels(int64_t begin, int64_t end, int64_t M, const X* x, int64_t l
 
 // out [M, N] = x [M, K] rounded to 8 bits @ W (+ bias) for W in a block format, as product_panels reads it.
 template <int Bits>
-void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out) {
+void q8_mm_impl(const float* x, int64_t M, int64_t K, BlockPanel<Bits> w, int64_t N, const float* bias, float* out,
+                bool vnni) {
   static constexpr auto blocks = q8_table512<Bits, false>(std::make_index_sequence<kMaxRowsQ8>());
   static constexpr auto side = q8_table512<Bits, true>(std::make_index_sequence<kStreamRowsQ8>());
+  static constexpr auto blocks_avx2 = q8_table2<Bits>(std::make_index_sequence<kMaxRowsQ8Avx2>());
+  static constexpr std::array<Block<BlockPanel<Bits>, Q8Row>, 0> none{};  // AVX2: one panel a pass
   const Q8Activations a(x, M, K);
   std::vector<Q8Row> rows(M);
   for (int64_t m = 0; m < M; ++m) rows[m] = a.row(m, K);
   block_panels(K, N, [&](int64_t begin, int64_t end) {
-    product_panels<BlockPanel<Bits>>(begin, end, M, rows.data(), 1, K, N, blocks, side, &panelsQ8,
-                                     block_panel(w, K, N, out, bias));
+    if (vnni)
+      product_panels<BlockPanel<Bits>>(begin, end, M, rows.data(), 1, K, N, blocks, side, &panelsQ8,
+                                       block_panel(w, K, N, out, bias));
+    else
+      product_panels<BlockPanel<Bits>>(begin, end, M, rows.data(), 1, K, N, blocks_avx2, none, &panelsQ8,
+                                       block_panel(w, K, N, out, bias));
   });
 }
 
@@ -767,15 +849,22 @@ at::Tensor block_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tens
 }
 
 at::Tensor block_q8_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
-                       const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N) {
-  TORCH_CHECK(has_vnni(), "the 8-bit activation product needs a CPU with AVX-512 VNNI");
+                       const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N,
+                       c10::string_view isa) {
+  TORCH_CHECK(isa == "best" || isa == "avx2" || isa == "avx512", "isa must be 'best', 'avx2' or 'avx512', got ", isa);
+  TORCH_CHECK(isa != "avx512" || has_vnni(), "isa 'avx512': the 8-bit activation product needs AVX-512 VNNI");
+  TORCH_CHECK(has_vnni() || has_f16c(), "the 8-bit activation product needs a CPU with AVX2, FMA and F16C");
   check_blocks(x, codes, scales, offsets, bias, N, at::kByte,
                "[ceil(N / 16), K / 2, 16] uint8 (Q4_1) or [ceil(N / 16), K, 16] uint8 (Q8_0, codes + 128)");
+  const bool vnni = isa == "avx512" || (isa == "best" && has_vnni());
+  TORCH_CHECK(vnni || has_f16c(), "isa 'avx2': the 8-bit activation product needs AVX2, FMA and F16C");
   return block_product(x, codes, scales, offsets, bias, N,
-                       [](auto bits, auto... args) { q8_mm_impl<decltype(bits)::value>(args...); });
+                       [vnni](auto bits, auto... args) { q8_mm_impl<decltype(bits)::value>(args..., vnni); });
 }
 
-bool block_q8_ready() { return has_vnni(); }
+bool block_q8_ready() { return has_vnni() || has_f16c(); }
+
+bool block_q8_vnni() { return has_vnni(); }
 
 // Float32 FLOP/s (2 a multiply-add) one thread sustains in registers in instruction set isa: the
 // arithmetic ceiling of a float32 product on this core (bench model-cost's floor of r).
@@ -805,7 +894,8 @@ TORCH_LIBRARY(draftverify, m) {
   m.def("panel_mm(Tensor x, Tensor panels, Tensor? scales, Tensor? bias, int n, str isa) -> Tensor", &panel_mm);
   m.def("panel_mm_isas() -> str[]", &panel_mm_isas);
   m.def("block_mm(Tensor x, Tensor codes, Tensor scales, Tensor? offsets, Tensor? bias, int n) -> Tensor", &block_mm);
-  m.def("block_q8_mm(Tensor x, Tensor codes, Tensor scales, Tensor? offsets, Tensor? bias, int n) -> Tensor", &block_q8_mm);
+  m.def("block_q8_mm(Tensor x, Tensor codes, Tensor scales, Tensor? offsets, Tensor? bias, int n, str isa=\"best\") -> Tensor", &block_q8_mm);
   m.def("block_q8_ready() -> bool", &block_q8_ready);
+  m.def("block_q8_vnni() -> bool", &block_q8_vnni);
   m.def("fma_peak(str isa, int steps) -> float", &fma_peak);
 }

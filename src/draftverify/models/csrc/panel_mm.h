@@ -15,8 +15,10 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
 at::Tensor block_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
                     const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N);
 
-// The same blocks (codes in block_q8_mm's layout, panel_mm.cpp) times x rounded to 8 bits per block of 32 (AVX-512 VNNI).
+// The same blocks (codes in block_q8_mm's layout, panel_mm.cpp) times x rounded to 8 bits per block of 32:
+// isa "avx512" (VNNI), "avx2" (with F16C) or "best" (VNNI where the CPU has it); the same bits in both.
 at::Tensor block_q8_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
-                       const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N);
+                       const std::optional<at::Tensor>& offsets, const std::optional<at::Tensor>& bias, int64_t N,
+                       c10::string_view isa = "best");
 
 }  // namespace draftverify
