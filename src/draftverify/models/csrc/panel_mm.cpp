@@ -605,8 +605,6 @@ constexpr std::array<Block<BlockPanel<Bits>, Q8Row>, sizeof...(I)> q8_table2(std
   return {&q8_panel2<I + 1, Bits>...};
 }
 
-bool has_f16c() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
-
 #pragma GCC pop_options
 
 // The activations of x [M, K] rounded per block of 32 (see above): codes [M, K], d_x [M, K / 32],
@@ -735,6 +733,9 @@ bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
 bool has_vnni() { return has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"); }
 
+// What the AVX2 path of the 8-bit activation product needs (F16C: the float16 scales).
+bool has_f16c() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
+
 template <typename W>
 void panel_mm_impl(const Product<W>& a, bool avx512) {
   static constexpr auto blocks = blocks512<W, false>(std::make_index_sequence<kRows512<W>>());
@@ -853,11 +854,10 @@ at::Tensor block_q8_mm(const at::Tensor& x, const at::Tensor& codes, const at::T
                        c10::string_view isa) {
   TORCH_CHECK(isa == "best" || isa == "avx2" || isa == "avx512", "isa must be 'best', 'avx2' or 'avx512', got ", isa);
   TORCH_CHECK(isa != "avx512" || has_vnni(), "isa 'avx512': the 8-bit activation product needs AVX-512 VNNI");
-  TORCH_CHECK(has_vnni() || has_f16c(), "the 8-bit activation product needs a CPU with AVX2, FMA and F16C");
+  const bool vnni = isa == "avx512" || (isa == "best" && has_vnni());
+  TORCH_CHECK(vnni || has_f16c(), "the 8-bit activation product needs AVX-512 VNNI or AVX2 with FMA and F16C");
   check_blocks(x, codes, scales, offsets, bias, N, at::kByte,
                "[ceil(N / 16), K / 2, 16] uint8 (Q4_1) or [ceil(N / 16), K, 16] uint8 (Q8_0, codes + 128)");
-  const bool vnni = isa == "avx512" || (isa == "best" && has_vnni());
-  TORCH_CHECK(vnni || has_f16c(), "isa 'avx2': the 8-bit activation product needs AVX2, FMA and F16C");
   return block_product(x, codes, scales, offsets, bias, N,
                        [vnni](auto bits, auto... args) { q8_mm_impl<decltype(bits)::value>(args..., vnni); });
 }
