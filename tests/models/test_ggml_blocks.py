@@ -17,7 +17,7 @@ import torch
 
 from draftverify.models import gpt2 as gpt2_module
 from draftverify.models.ggml_blocks import (BLOCK, BlockLinear, dequantize, find_q4_1, find_q8_0, int8_activation_product,
-                                            int8_activations_compiled, quantize_q8_0, random_q4_1, round_activations)
+                                            int8_activations_compiled, int8_activations_isa, quantize_q8_0, random_q4_1, round_activations)
 from draftverify.models.gpt2 import Linear, q8_compiled
 from draftverify.models.hf import TransformersModel
 from draftverify.models.panel_mm import PanelLinear, kernel
@@ -282,6 +282,16 @@ def test_the_vnni_product_refuses_what_it_cannot_run():
     if not torch.ops.draftverify.block_q8_vnni():
         with pytest.raises(RuntimeError, match="VNNI"):
             torch.ops.draftverify.block_q8_mm(torch.ones(1, 64), blocks.codes, blocks.scales, blocks.offsets, None, 16, "avx512")
+
+
+def test_the_8_bit_product_names_the_instruction_set_it_runs_and_none_where_it_runs_eagerly(monkeypatch):
+    from draftverify.models import ggml_blocks
+
+    if int8_activations_compiled():
+        assert int8_activations_isa() == ("avx512" if torch.ops.draftverify.block_q8_vnni() else "avx2")
+    monkeypatch.setattr(ggml_blocks, "int8_activations_compiled", lambda: False)
+    with pytest.raises(ValueError, match="does not run compiled"):
+        ggml_blocks.int8_activations_isa()
 
 
 def test_without_vnni_the_int8_activation_product_runs_eagerly_with_a_warning(monkeypatch):

@@ -42,7 +42,7 @@ import torch
 
 from ..models.base import LanguageModel
 from ..models.feature_draft import FeatureDraft
-from ..models.ggml_blocks import NotBlocks, int8_activations_compiled
+from ..models.ggml_blocks import NotBlocks, int8_activations_compiled, int8_activations_isa
 from ..models.hf import TransformersModel
 from ..models.panel_mm import fma_peak, kernel
 from ..tables import table_of
@@ -198,14 +198,15 @@ def _variants(model: Any, tokenizer: Any, draft: LanguageModel | None,
     variants = {name: (TransformersModel(model, tokenizer, kv_cache=kv_cache, **options), draft)
                 for name, options in kinds.items()}
     left_out = {}
-    blocks = {"panel_avx512_gguf": "gguf"} if "avx512" in kernel().isas else {}
-    if "avx512" not in kernel().isas:
-        left_out["panel_avx512_gguf"] = "the GGUF block product runs on AVX-512 CPUs only"
-    q8 = f"panel_{'avx512' if int8_activations_compiled() and torch.ops.draftverify.block_q8_vnni() else 'avx2'}_gguf_q8"
-    if int8_activations_compiled():
-        blocks[q8] = "gguf-q8"
+    blocks = {}
+    if "avx512" in kernel().isas:
+        blocks["panel_avx512_gguf"] = "gguf"
     else:
-        left_out[q8] = "the 8-bit activation block product runs compiled on AVX2 with F16C or AVX-512 VNNI CPUs only"
+        left_out["panel_avx512_gguf"] = "the GGUF block product runs on AVX-512 CPUs only"
+    if int8_activations_compiled():
+        blocks[f"panel_{int8_activations_isa()}_gguf_q8"] = "gguf-q8"
+    else:
+        left_out["panel_avx2_gguf_q8"] = "the 8-bit activation block product runs compiled on AVX2 with F16C or AVX-512 VNNI CPUs only"
     for name, quantize in blocks.items():
         try:
             variants[name] = (TransformersModel(model, tokenizer, kv_cache=kv_cache, quantize=quantize), draft)

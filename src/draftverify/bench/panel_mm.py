@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 
-from ..models.ggml_blocks import BlockLinear, int8_activations_compiled, random_q4_1
+from ..models.ggml_blocks import BlockLinear, int8_activations_compiled, int8_activations_isa, random_q4_1
 from ..models.panel_mm import PanelLinear, kernel
 from ..tables import table_of
 from .output import emit_json
@@ -84,7 +84,7 @@ def _products(weights: list[torch.Tensor]) -> tuple[dict[str, Product], dict[str
         blocks = [BlockLinear(w, None) for w in weights]
         products["panel_avx512_q4_1"], nbytes["panel_avx512_q4_1"] = lambda x, i: blocks[i](x), blocks[0].nbytes
     if int8_activations_compiled():  # the same blocks times 8-bit activations (VNNI, else AVX2)
-        q8, name = [BlockLinear(w, None, "int8") for w in weights], f"panel_{'avx512' if torch.ops.draftverify.block_q8_vnni() else 'avx2'}_q4_1_q8"
+        q8, name = [BlockLinear(w, None, "int8") for w in weights], f"panel_{int8_activations_isa()}_q4_1_q8"
         products[name], nbytes[name] = lambda x, i: q8[i](x), q8[0].nbytes
     products["torch_mm"] = lambda x, i: torch.mm(x, weights[i])
     onednn = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 5) for w in weights]

@@ -209,6 +209,14 @@ def int8_activations_compiled() -> bool:
     return kernel().compiled and bool(torch.ops.draftverify.block_q8_ready())
 
 
+def int8_activations_isa() -> str:
+    """The instruction set ``block_q8_mm`` runs here: "avx512" (VNNI) or "avx2"; ValueError where it
+    does not run compiled (:func:`int8_activations_compiled`)."""
+    if not int8_activations_compiled():
+        raise ValueError("the 8-bit activation product does not run compiled here")
+    return "avx512" if torch.ops.draftverify.block_q8_vnni() else "avx2"
+
+
 class BlockLinear:
     """``x @ weight + bias`` for x [M, in] over weight [in, out] held as Q4_1 blocks, else Q8_0
     blocks (module doc), packed at construction; :class:`NotBlocks` if it is neither exactly.
