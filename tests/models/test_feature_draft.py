@@ -112,8 +112,10 @@ def test_the_draft_reads_the_targets_features_of_the_previous_position(layers, f
         assert torch.allclose(target_cache.backend.features, features[:, :-1], atol=1e-5)
         previous = torch.nn.functional.pad(draft.head_module.fused(features)[:, :-1], (0, 0, 1, 0))
         expected = draft.head_module.head(draft.head_module(target.model.get_input_embeddings()(tokens), previous))[0]
-    # float32 rounding, in other orders of summation, grows through each layer of these large random weights
-    assert torch.allclose(logits, expected, atol=1e-4 if layers == 1 else 5e-4)
+    # float32 rounding, in other orders of summation, grows through each layer of these large random
+    # weights, and the fusion's product [2E -> E] is one more (logits up to 23 here; reading another
+    # position's feature moves them by units)
+    assert torch.allclose(logits, expected, atol=1e-4 if layers == 1 and not fusion else 5e-4)
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -17,7 +17,7 @@ import torch
 
 from draftverify.models import panel_mm
 from draftverify.models.gpt2 import Linear
-from draftverify.models.panel_mm import ISAS, PANEL_WIDTH, PanelLinear, kernel, pack, quantize_int8
+from draftverify.models.panel_mm import ISAS, PANEL_WIDTHS, PanelLinear, kernel, pack, quantize_int8
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 SMOLLM2 = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]  # [in, out]; vocabulary 49152
@@ -208,20 +208,45 @@ def test_21_rows_run_as_a_full_block_of_14_then_the_7_left():
 @pytest.mark.parametrize("quantize", [None, "int8"])
 @pytest.mark.parametrize("shape", [(576, 1536), (576, 200), (64, 40)])
 def test_panels_read_side_by_side_or_in_pairs_give_the_bits_of_one_panel_at_a_time(shape, quantize, isa):
-    """Few rows (AVX-512: up to 6, AVX2: 1 or 2) read 2 to 4 panels side by side, each part of the
-    weights its own stream, and run the panels left over one at a time; more float32 rows on AVX-512
-    read two neighbouring panels a pass, the last alone where the count is odd. A row's bits do not
-    depend on which: the product equals the same rows times each panel's columns alone (a pass of
-    its own), for panel counts that divide among the streams and counts that leave some over (576 x
-    200: 13 panels; 64 x 40: 3)."""
+    """Few rows (AVX-512: up to 6; AVX2: every count, four panels up to 12 rows and two beyond)
+    read 2 to 4 panels side by side, each part of the weights its own stream, and run the panels
+    left over one at a time; more float32 rows on AVX-512 read two neighbouring panels a pass, the
+    last alone where the count is odd. A row's bits do not depend on which: the product equals the
+    same rows times each panel's columns alone (a pass of its own), for panel counts that divide
+    among the streams and counts that leave some over (576 x 200: 13 AVX-512 panels, 25 AVX2 ones;
+    64 x 40: 3 and 5)."""
     weight, bias = weights(shape, 10)
     linear = PanelLinear(weight, bias, quantize, isa)
+    width = PANEL_WIDTHS[isa]
     x = torch.randn(21, shape[0], generator=torch.Generator().manual_seed(11))
-    for rows in (*range(1, 10), 14, 21):
+    for rows in (*range(1, 10), 13, 14, 21):
         together = linear(x[:rows])
-        for col in range(0, shape[1], PANEL_WIDTH):
-            alone = PanelLinear(weight[:, col:col + PANEL_WIDTH], bias[col:col + PANEL_WIDTH], quantize, isa)  # int8: same column scales
-            assert torch.equal(together[:, col:col + PANEL_WIDTH], alone(x[:rows])), (rows, col)
+        for col in range(0, shape[1], width):
+            alone = PanelLinear(weight[:, col:col + width], bias[col:col + width], quantize, isa)  # int8: same column scales
+            assert torch.equal(together[:, col:col + width], alone(x[:rows])), (rows, col)
+
+
+@needs_panel
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_avx2_rows_of_two_or_more_have_the_bits_of_any_other_cut_and_one_row_its_own(quantize):
+    """AVX2: up to 12 rows run in blocks of 3 over four panels, more in blocks of 6 over two, the
+    blocks taking turns over chunks of k, and no block of one row beside others (7 rows: 3 + 2 + 2;
+    13: 6 + 5 + 2). So in any product of two rows or more a row sums its k in one accumulator set,
+    and has the same bits however the rows are cut; a product of one row sums in two sets. The twin
+    that tells: a block of one row (13 = 6 + 6 + 1, or 4 = 3 + 1) would give its row the bits of that
+    row alone, which differ (the last assertion)."""
+    weight, bias = weights((576, 1536), 12)
+    linear = PanelLinear(weight, bias, quantize, isa="avx2")
+    x = torch.randn(17, 576, generator=torch.Generator().manual_seed(13))
+    rows = linear(x)  # 6 + 6 + 5
+    for cut in ([2] * 8 + [1], [4, 13], [7, 10], [9, 8], [12, 5], [13, 4], [3, 14]):
+        start, parts = 0, []
+        for size in cut:
+            parts.append(linear(x[start:start + size]))
+            start += size
+        same = torch.equal(torch.cat(parts), rows)
+        assert same == (cut[-1] != 1), cut
+    assert not torch.equal(linear(x[16:]), rows[16:])
 
 
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):

@@ -1,15 +1,19 @@
 """A compiled small-row matrix product for the lean forwards: ``x [M, K] @ W [K, N] + bias`` over
-weights packed once in panels of 16 columns, float32 or weight-only int8 (issue 27).
+weights packed once in panels of 8 (AVX2) or 16 (AVX-512) columns, float32 or weight-only int8
+(issue 27).
 
 A target call of L + 1 tokens streams the same weights as a one-token call; on a CPU both are bound
 by that stream, so their cost ratio r should stay near 1. torch's float32 kernels (MKL, oneDNN) do
-not get there for 2-32 rows; ``csrc/panel_mm.cpp`` does, in two instruction sets: AVX2/FMA (up to
-six rows per pass over a panel in registers) and, where the CPU has it, AVX-512F (a register a row
-and panel; float32: up to 14 rows per pass over two neighbouring panels; int8: up to 24 rows per
-pass over one). Few rows read two to four panels side by side (AVX-512: up to six rows, float32
-four, AVX2: one or two), each from its own part of the weights, as one core streams several
-sequential reads faster than one (on an Intel Xeon the one-token call of SmolLM2-135M 20% faster,
-and with five rows on four panels the five-token call 10% faster again: docs/results/model_cost.md).
+not get there for 2-32 rows; ``csrc/panel_mm.cpp`` does, in two instruction sets: AVX2/FMA (a
+register a row and 8-column panel, 12 accumulators a pass: up to 12 rows read four panels side by
+side in blocks of 3 rows that take turns over chunks of k, more rows two panels in blocks of 6) and,
+where the CPU has it, AVX-512F (a register a row and panel; float32: up to 14 rows per pass over two
+neighbouring panels; int8: up to 24 rows per pass over one). Few rows read two to four panels side
+by side (AVX-512: up to six rows, float32 four; AVX2: every count), each from its own part of the
+weights, as one core streams several sequential reads faster than one (on an Intel Xeon the
+one-token call of SmolLM2-135M 20% faster, and with five rows on four panels the five-token call 10%
+faster again; on an AMD EPYC without AVX-512, 8-column panels read three to twelve rows on four
+streams where 16-column ones read one: docs/results/model_cost.md).
 ``draftverify bench panel-mm`` and docs/results/model_cost.md compare them with torch and numpy.
 
 One kernel for every row count: measured per M in {1, 2, 3, 5, 8, 9, 12, 16, 17, 24, 32} on the
@@ -56,9 +60,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ENV", "ISAS", "PANEL_WIDTH", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "pack", "quantize_int8"]
+__all__ = ["ENV", "ISAS", "PANEL_WIDTHS", "KernelStatus", "PanelLinear", "fma_peak", "kernel", "pack", "quantize_int8"]
 
-PANEL_WIDTH = 16  # output columns of a panel, every instruction set and weight type (csrc/panel_mm.cpp)
+PANEL_WIDTHS = {"avx2": 8, "avx512": 16}  # output columns of a panel by instruction set: a ymm, a zmm (csrc/panel_mm.cpp)
 ENV = "DRAFTVERIFY_KERNEL"  # "eager": torch's kernels; unset or "panel": the compiled kernel where it runs
 ISAS = ("avx2", "avx512")  # the kernel's instruction sets, each a superset of the one before
 SOURCES = [Path(__file__).resolve().parent / "csrc" / name
@@ -214,11 +218,11 @@ class PanelLinear:
             self.out_features = weight.shape[1]
             if quantize == "int8":
                 q, scale = quantize_int8(weight)
-                self.panels = pack(q, PANEL_WIDTH)
-                self.scales = torch.ones(self.panels.shape[0] * PANEL_WIDTH)  # padded as the panels are
+                self.panels = pack(q, PANEL_WIDTHS[self.isa])
+                self.scales = torch.ones(self.panels.shape[0] * PANEL_WIDTHS[self.isa])  # padded as the panels are
                 self.scales[: self.out_features] = scale
             elif quantize is None:
-                self.panels, self.scales = pack(weight.float(), PANEL_WIDTH), None
+                self.panels, self.scales = pack(weight.float(), PANEL_WIDTHS[self.isa]), None
             else:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             self.bias = None if bias is None else bias.detach().float().contiguous()

@@ -1,13 +1,15 @@
 // out [M, N] = x [M, K] @ W [K, N] (* scales [N]) (+ bias [N]) over W packed once in panels
-// [P, K, 16] (P = ceil(N / 16), the last panel zero-padded), float32 or int8 (weight-only int8:
-// activations and accumulation float32, the per-column scale applied once at the end). A panel's k-th
-// row of weights is contiguous, so a pass over a panel is one sequential stream.
+// [P, K, width] (P = ceil(N / width), the last panel zero-padded; width 8 for AVX2, 16 for AVX-512),
+// float32 or int8 (weight-only int8: activations and accumulation float32, the per-column scale applied
+// once at the end). A panel's k-th row of weights is contiguous, so a pass over a panel is one
+// sequential stream.
 //
 // Two instruction sets, picked per call (the `isa` argument; "avx512" only where the CPU has it):
-// - AVX2 + FMA (every x86-64 CPU of the last decade; the build's flags): one pass over a panel
-//   streams its K x 16 weights and updates 16 output columns of a block of up to six rows held in
-//   registers (2 ymm per row: 12 accumulators, 2 weight vectors, 1 broadcast); more rows run as
-//   further blocks over the same panel, which is then in L1/L2.
+// - AVX2 + FMA (every x86-64 CPU of the last decade; the build's flags): a panel's 8 columns are one
+//   ymm a row, and a pass holds 12 accumulators: up to 12 rows read four panels side by side in blocks
+//   of 3 rows, more rows two panels in blocks of 6 (plan8); the blocks of a pass take turns over
+//   chunks of k, so the first streams each chunk from memory and the rest read it from L1 while the
+//   prefetches run ahead (chunk8).
 // - AVX-512F (compiled for it by a pragma, so the same build runs on AVX2-only CPUs): a panel's 16
 //   columns are one zmm register a row. More than six rows of float32 weights read two neighbouring
 //   panels a pass, up to 14 rows (28 accumulators, 2 weight vectors, a broadcast: each broadcast feeds
@@ -17,8 +19,9 @@
 // Few rows split K over several accumulator sets, so the FMA latency does not bound the stream. The
 // weights ahead are prefetched while these are consumed (not by the AVX-512 float32 blocks of one or
 // two rows: kPrefetches512). Few rows read two to four panels side by side (AVX-512: up to six rows;
-// AVX2: one or two), each from its own part of the weights: one core streams several sequential reads
-// faster than one (product_panels). Panels are shared among threads by at::parallel_for.
+// AVX2: every count), each from its own part of the weights: one core streams several sequential reads
+// faster than one (product_panels, product_panels8). Panels are shared among threads by
+// at::parallel_for.
 //
 // Built with -mavx2 -mfma -fopenmp by draftverify.models.panel_mm at first use.
 
@@ -46,33 +49,11 @@ namespace {
 
 #define UNROLL _Pragma("GCC unroll 32")  // loops over R and U (up to 24): the accumulators stay in registers
 
-constexpr int64_t kPanel = 16;  // columns of a panel: two ymm (AVX2), a zmm (AVX-512)
-constexpr int64_t kMaxRows = 6;
+constexpr int64_t kPanel = 16;  // columns of a panel: a zmm (AVX-512), the block formats
+constexpr int64_t kPanel2 = 8;  // columns of an AVX2 float32 / int8 panel: a ymm
+constexpr int64_t kMaxRows = 6;  // rows of an AVX2 block, at most
 constexpr int kMaxStreams = 4;  // panels a block reads side by side, at most (product_panels)
 constexpr int64_t kPrefetch = 1024;  // bytes of W ahead of the ones being read (AVX2)
-
-inline void load_weights(const float* w, __m256& w0, __m256& w1) {
-  w0 = _mm256_load_ps(w);
-  w1 = _mm256_load_ps(w + 8);
-}
-
-inline void load_weights(const int8_t* w, __m256& w0, __m256& w1) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
-  w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-  w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
-}
-
-// Prefetch the weights Distance bytes ahead of the k-step at k (U rows of the panel w [K, 16]).
-template <int64_t Distance, int U, typename W>
-inline void prefetch_ahead(const W* w, int64_t k) {
-  constexpr int64_t step = U * kPanel * sizeof(W);  // bytes of W per k-step
-  const int64_t at = k * kPanel * sizeof(W);
-  const char* ahead = reinterpret_cast<const char*>(w) + Distance + at;
-  if (step >= 64)
-    for (int64_t line = 0; line < step; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
-  else if (at % 64 == 0)
-    _mm_prefetch(ahead, _MM_HINT_T0);
-}
 
 // One panel as a block reads it: its weights, where its columns go (the block's first row), how many
 // of its columns are real (the last panel's may be fewer), the scales and bias of those columns.
@@ -90,75 +71,96 @@ struct Panel {
 template <typename Weights, typename X = float>
 using Block = void (*)(const X*, int64_t, const Panel<Weights>*, int64_t, int64_t);
 
-// Rows of x (stride ldx) times S panels p[s].w [K, 16]: R rows, U accumulator sets over k; S > 1 reads
-// S panels side by side, each the next of its own stream (product_panels below).
-template <int R, int U, int S, typename W>
-void panel_block(const float* x, int64_t ldx, const Panel<const W*>* p, int64_t K, int64_t ldo) {
-  __m256 acc[U][R][S][2];
-  UNROLL for (int u = 0; u < U; ++u)
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int s = 0; s < S; ++s) acc[u][r][s][0] = acc[u][r][s][1] = _mm256_setzero_ps();
-  const W* w[S];
-  UNROLL for (int s = 0; s < S; ++s) w[s] = p[s].w;
-  int64_t k = 0;
-  for (; k + U <= K; k += U) {
-    UNROLL for (int s = 0; s < S; ++s) prefetch_ahead<kPrefetch, U>(w[s], k);
-    UNROLL for (int u = 0; u < U; ++u)
-      UNROLL for (int s = 0; s < S; ++s) {
-        __m256 w0, w1;
-        load_weights(w[s] + (k + u) * kPanel, w0, w1);
-        UNROLL for (int r = 0; r < R; ++r) {
-          const __m256 a = _mm256_broadcast_ss(x + r * ldx + k + u);
-          acc[u][r][s][0] = _mm256_fmadd_ps(a, w0, acc[u][r][s][0]);
-          acc[u][r][s][1] = _mm256_fmadd_ps(a, w1, acc[u][r][s][1]);
-        }
-      }
-  }
-  for (; k < K; ++k)
-    UNROLL for (int s = 0; s < S; ++s) {
-      __m256 w0, w1;
-      load_weights(w[s] + k * kPanel, w0, w1);
-      UNROLL for (int r = 0; r < R; ++r) {
-        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
-        acc[0][r][s][0] = _mm256_fmadd_ps(a, w0, acc[0][r][s][0]);
-        acc[0][r][s][1] = _mm256_fmadd_ps(a, w1, acc[0][r][s][1]);
-      }
-    }
-  UNROLL for (int u = 1; u < U; ++u)
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int s = 0; s < S; ++s) {
-        acc[0][r][s][0] = _mm256_add_ps(acc[0][r][s][0], acc[u][r][s][0]);
-        acc[0][r][s][1] = _mm256_add_ps(acc[0][r][s][1], acc[u][r][s][1]);
-      }
-  UNROLL for (int s = 0; s < S; ++s)
-    UNROLL for (int r = 0; r < R; ++r) {
-      alignas(32) float row[kPanel];
-      __m256 lo = acc[0][r][s][0], hi = acc[0][r][s][1];
-      if (p[s].scale != nullptr) {
-        lo = _mm256_mul_ps(lo, _mm256_loadu_ps(p[s].scale));
-        hi = _mm256_mul_ps(hi, _mm256_loadu_ps(p[s].scale + 8));
-      }
-      _mm256_store_ps(row, lo);
-      _mm256_store_ps(row + 8, hi);
-      if (p[s].bias != nullptr)
-        for (int64_t c = 0; c < p[s].cols; ++c) row[c] += p[s].bias[c];
-      std::memcpy(p[s].out + r * ldo, row, p[s].cols * sizeof(float));
-    }
+// The AVX2 float32 and int8 products read panels of 8 columns, a ymm a row: a pass of R rows over S
+// panels side by side holds R S accumulators, so 3 rows read four panels (four streams; 16-column
+// panels allowed one panel from three rows on), and a block of rows can pause after a chunk of k and
+// leave its accumulators in L1 while the next block reads the same chunk (chunk8).
+inline __m256 load_weights8(const float* w) { return _mm256_load_ps(w); }
+
+inline __m256 load_weights8(const int8_t* w) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w))));
 }
 
-// Panels side by side on the AVX2 path: one row reads four (8 accumulators beside a broadcast, the
-// weights folded into the multiply-adds), two rows two; more rows fill the 16 registers alone.
-constexpr int kStreamRows2 = 2;
-constexpr int panels2(int R) { return R == 1 ? 4 : R == 2 ? 2 : 1; }
+// accumulator sets over k for R rows of 8-column panels: two for one row, else one
+constexpr int sets8(int R) { return R == 1 ? 2 : 1; }
 
-// accumulator sets over k for R rows on the AVX2 path: at least 8 FMA chains counting the panels side
-// by side (one set for one and two rows), then as many as the registers hold
-constexpr int sets2(int R) { return R == 3 ? 2 : 1; }
+// Rows of x (stride ldx) times S panels w[s] [K, 8] over the k-steps [k0, k1), k-step k adding to
+// accumulator set k % U: a ymm for each set, row and panel, loaded from and stored back to
+// state [U][R][S][8], so that the blocks of rows of a pass take turns over chunks of k and the chunk
+// is read from memory once (by the first block) and then from L1.
+template <int R, int U, int S, typename W>
+void chunk8(const float* x, int64_t ldx, const W* const* w, int64_t k0, int64_t k1, int64_t ahead, float* state) {
+  constexpr int64_t line = 64 / (kPanel2 * sizeof(W));  // k-steps a cache line of a panel holds: 2 or 8
+  static_assert(line % U == 0);
+  __m256 acc[U][R][S];
+  UNROLL for (int u = 0; u < U; ++u)
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int s = 0; s < S; ++s) acc[u][r][s] = _mm256_load_ps(state + ((u * R + r) * S + s) * kPanel2);
+  const auto step = [&](int64_t k, int u) {
+    if constexpr (R + 1 + R * S * U <= 16) {  // the rows' broadcasts held, a panel's weights at a time
+      __m256 a[R];
+      UNROLL for (int r = 0; r < R; ++r) a[r] = _mm256_broadcast_ss(x + r * ldx + k);
+      UNROLL for (int s = 0; s < S; ++s) {
+        const __m256 v = load_weights8(w[s] + k * kPanel2);
+        UNROLL for (int r = 0; r < R; ++r) acc[u][r][s] = _mm256_fmadd_ps(a[r], v, acc[u][r][s]);
+      }
+    } else {  // the panels' weights held, a row's broadcast at a time
+      __m256 v[S];
+      UNROLL for (int s = 0; s < S; ++s) v[s] = load_weights8(w[s] + k * kPanel2);
+      UNROLL for (int r = 0; r < R; ++r) {
+        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+        UNROLL for (int s = 0; s < S; ++s) acc[u][r][s] = _mm256_fmadd_ps(a, v[s], acc[u][r][s]);
+      }
+    }
+  };
+  int64_t k = k0;  // a multiple of line
+  for (; k + line <= k1; k += line) {
+    UNROLL for (int s = 0; s < S; ++s) _mm_prefetch(reinterpret_cast<const char*>(w[s] + k * kPanel2) + ahead, _MM_HINT_T0);
+    UNROLL for (int j = 0; j < line; ++j) step(k + j, j % U);
+  }
+  for (; k < k1; ++k) step(k, k % U);
+  UNROLL for (int u = 0; u < U; ++u)
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int s = 0; s < S; ++s) _mm256_store_ps(state + ((u * R + r) * S + s) * kPanel2, acc[u][r][s]);
+}
 
-// The AVX2 blocks by rows (entry R - 1: R rows), each on one panel or (Side) on panels2(R) side by side.
-template <typename W, bool Side, std::size_t... I>
-constexpr std::array<Block<const W*>, sizeof...(I)> blocks2(std::index_sequence<I...>) {
-  return {&panel_block<I + 1, sets2(I + 1), Side ? panels2(I + 1) : 1, W>...};
+template <typename W>
+using Chunk8 = void (*)(const float*, int64_t, const W* const*, int64_t, int64_t, int64_t, float*);
+
+// The chunk8 of R rows (entry R - 1) on S panels; none where they would take more than 12
+// accumulators (plan8 never asks for them).
+template <typename W, int S, int R>
+constexpr Chunk8<W> chunk8_of() {
+  if constexpr (R * S * sets8(R) <= 12) return &chunk8<R, sets8(R), S, W>;
+  else return nullptr;
+}
+template <typename W, int S, std::size_t... I>
+constexpr std::array<Chunk8<W>, sizeof...(I)> chunks8(std::index_sequence<I...>) {
+  return {chunk8_of<W, S, static_cast<int>(I) + 1>()...};
+}
+
+// out rows (stride ldo) of panels p[0..S) = the sums of U sets in state [U][R][S][8] (* scale) (+ bias),
+// the first p[s].cols columns. Scale and bias as one explicit FMA (GCC contracts a multiply and an
+// add where it sees both).
+template <typename W>
+void finish8(const float* state, int R, int U, int S, const Panel<const W*>* p, int64_t ldo) {
+  for (int s = 0; s < S; ++s) {
+    const int64_t n = p[s].cols;
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 scale = p[s].scale == nullptr ? _mm256_set1_ps(1.0f) : _mm256_loadu_ps(p[s].scale);  // padded
+    const __m256 bias = p[s].bias == nullptr ? _mm256_setzero_ps() : _mm256_maskload_ps(p[s].bias, mask);
+    for (int r = 0; r < R; ++r) {
+      __m256 o = _mm256_load_ps(state + (r * S + s) * kPanel2);
+      for (int u = 1; u < U; ++u) o = _mm256_add_ps(o, _mm256_load_ps(state + ((u * R + r) * S + s) * kPanel2));
+      if (p[s].scale != nullptr && p[s].bias != nullptr)
+        o = _mm256_fmadd_ps(o, scale, bias);
+      else if (p[s].scale != nullptr)
+        o = _mm256_mul_ps(o, scale);
+      else if (p[s].bias != nullptr)
+        o = _mm256_add_ps(o, bias);
+      _mm256_maskstore_ps(p[s].out + r * ldo, mask, o);
+    }
+  }
 }
 
 // What one product reads and writes (the op's arguments as pointers).
@@ -166,9 +168,9 @@ template <typename W>
 struct Product {
   const float* x;  // [M, K]
   int64_t M, K;
-  const W* panels;  // [P, K, 16]
+  const W* panels;  // [P, K, width]: 16 (AVX-512) or 8 (AVX2) columns a panel
   int64_t N;
-  const float* scales;  // [P * 16] or nullptr
+  const float* scales;  // [P * width] or nullptr
   const float* bias;  // [N] or nullptr
   float* out;  // [M, N]
 };
@@ -177,10 +179,11 @@ struct Product {
 // over a panel streams it from memory and the later ones read it from L2, so the first holds as many
 // rows as a pass takes: its arithmetic hides behind the stream, and the rest is the arithmetic of the
 // few rows left (2026-11-28, AVX-512, 17 rows of the real target as 14 + 3: a 27.3-27.7 ms call against
-// 31.1-32.2 as 9 + 8, r(17) 1.71-1.73 against 1.99-2.05; AVX2, 9 rows as 6 + 3: 34.0-34.6 ms against
-// 35.5-36.4 as 5 + 4; three alternating rounds of bench model-cost). Every product splits its rows
-// here, so a row meets the same block size, hence the same accumulator sets, in the float32 and the
-// block formats (what makes their products bit-identical).
+// 31.1-32.2 as 9 + 8, r(17) 1.71-1.73 against 1.99-2.05; the AVX2 16-column panels of then, 9 rows as
+// 6 + 3: 34.0-34.6 ms against 35.5-36.4 as 5 + 4; three alternating rounds of bench model-cost). The
+// AVX-512 and block-format products split their rows here, so a row meets the same block size, hence
+// the same accumulator sets, in the float32 and the block formats (what makes their products
+// bit-identical); the AVX2 8-column product splits them in product_panels8.
 template <typename Run>
 inline void row_blocks(int64_t M, int64_t max_rows, Run run) {
   for (int64_t row = 0; row < M;) {
@@ -736,12 +739,79 @@ bool has_vnni() { return has_avx512() && __builtin_cpu_supports("avx512bw") && _
 // What the AVX2 path of the 8-bit activation product needs (F16C: the float16 scales).
 bool has_f16c() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
 
+// How an AVX2 product over 8-column panels reads M rows: {S, rows}, S panels side by side in blocks
+// of at most `rows` rows. Measured on 576 x 1536 (2026-11-30, AMD EPYC Zen 3, one thread, 197 cycled
+// matrices, the fastest of 20 rounds, microseconds; one row 165-186): four panels in blocks of 3 rows
+// ran 5 rows in 169-184, 9 in 213-221, 17 in 400-415; two panels in blocks of 6 (its first block the
+// rows a pass holds, as row_blocks) ran them in 215-218, 234-240 and 378-381.
+inline std::pair<int, int64_t> plan8(int64_t M) { return M <= 12 ? std::pair<int, int64_t>{4, 3} : std::pair<int, int64_t>{2, 6}; }
+
+// k-steps a block of rows runs before the next block takes the same panels (chunk8): 2 KB of each
+// panel; and the bytes of weights prefetched ahead, one block (the hardware's prefetcher keeps up)
+// or several (the first block's prefetches must cover the others' turns: 2048 ran 9 rows 3-10%
+// faster than 1024; one row ran up to 10% slower with it; chunks of 32 ran as 64, of 128 slower;
+// prefetching further into L2 as well, by the first block only, ran 5-17 rows 5-40% slower).
+constexpr int64_t kChunk8 = 64, kPrefetch8 = 1024, kPrefetchChunked8 = 2048;
+
+// The panels [begin, end) of an AVX2 product over 8-column panels, {S, rows} = plan8(M): S equal
+// contiguous parts, each pass the next panel of every part (each part one sequential stream) for all
+// the rows, in blocks of at most `rows` rows (the first full, as row_blocks, but a last row alone
+// joins the block before it as two: 7 rows are 3 + 2 + 2) that take turns over chunks of kChunk8
+// k-steps (chunk8); then the panels left over one at a time. So a row sums its k in one accumulator
+// set in every product of two rows or more, and its bits do not depend on the other rows, nor on S
+// nor on the chunks; a product of one row sums in two sets (sets8).
+template <typename W, typename Make>
+void product_panels8(int64_t begin, int64_t end, const Product<W>& a, Make panel) {
+  static constexpr auto seq = std::make_index_sequence<kMaxRows>();
+  static constexpr std::array<std::array<Chunk8<W>, kMaxRows>, kMaxStreams> tables{
+      chunks8<W, 1>(seq), chunks8<W, 2>(seq), chunks8<W, 3>(seq), chunks8<W, 4>(seq)};
+  const auto [S, rows] = plan8(a.M);
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // (first row, rows)
+  for (int64_t row = 0; row < a.M; row += blocks.back().second) {
+    const int64_t R = std::min(rows, a.M - row);
+    blocks.emplace_back(row, a.M - row - R == 1 ? R - 1 : R);  // no block of one row beside others
+  }
+  const int64_t chunk = blocks.size() == 1 ? a.K : kChunk8, ahead = blocks.size() == 1 ? kPrefetch8 : kPrefetchChunked8;
+  std::vector<__m256> ymm(blocks.size() * 12);  // a block's accumulators, at most 12 (C++17: aligned)
+  float* const state = reinterpret_cast<float*>(ymm.data());
+  const auto pass = [&](int n, int64_t first, int64_t stride) {  // panels first + s stride, s < n
+    const W* w[kMaxStreams];
+    for (int s = 0; s < n; ++s) w[s] = panel(first + s * stride, 0).w;
+    std::fill(ymm.begin(), ymm.end(), _mm256_setzero_ps());
+    for (int64_t k0 = 0; k0 < a.K; k0 += chunk)
+      for (std::size_t b = 0; b < blocks.size(); ++b) {
+        const auto [row, R] = blocks[b];
+        tables[n - 1][R - 1](a.x + row * a.K, a.K, w, k0, std::min(k0 + chunk, a.K), ahead, state + b * 12 * kPanel2);
+      }
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      const auto [row, R] = blocks[b];
+      Panel<const W*> at[kMaxStreams];
+      for (int s = 0; s < n; ++s) at[s] = panel(first + s * stride, row);
+      finish8(state + b * 12 * kPanel2, static_cast<int>(R), sets8(static_cast<int>(R)), n, at, a.N);
+    }
+  };
+  const int64_t part = (end - begin) / S;
+  for (int64_t i = 0; i < part; ++i) pass(S, begin + i, part);
+  for (int64_t p = begin + S * part; p < end; ++p) pass(1, p, 0);
+}
+
 template <typename W>
-void panel_mm_impl(const Product<W>& a, bool avx512) {
+void panel_mm8_impl(const Product<W>& a) {
+  const int64_t count = (a.N + kPanel2 - 1) / kPanel2;
+  const int64_t grain = std::max<int64_t>(1, 131072 / (kPanel2 * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
+  at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
+    product_panels8(begin, end, a, [&](int64_t p, int64_t row) {
+      const int64_t col = p * kPanel2;
+      return Panel<const W*>{a.panels + p * a.K * kPanel2, a.out + row * a.N + col, std::min(kPanel2, a.N - col),
+                             a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
+    });
+  });
+}
+
+template <typename W>
+void panel_mm512_impl(const Product<W>& a) {
   static constexpr auto blocks = blocks512<W, false>(std::make_index_sequence<kRows512<W>>());
   static constexpr auto side = blocks512<W, true>(std::make_index_sequence<kStreamRows>());
-  static constexpr auto blocks_avx2 = blocks2<W, false>(std::make_index_sequence<kMaxRows>());
-  static constexpr auto side_avx2 = blocks2<W, true>(std::make_index_sequence<kStreamRows2>());
   const int64_t count = (a.N + kPanel - 1) / kPanel;
   const int64_t grain = std::max<int64_t>(1, 131072 / (kPanel * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
@@ -750,8 +820,6 @@ void panel_mm_impl(const Product<W>& a, bool avx512) {
       return Panel<const W*>{a.panels + p * a.K * kPanel, a.out + row * a.N + col, std::min(kPanel, a.N - col),
                              a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
     };
-    if (!avx512)
-      return product_panels<const W*>(begin, end, a.M, a.x, a.K, a.K, a.N, blocks_avx2, side_avx2, &panels2, panel);
     const decltype(blocks)* pairs = nullptr;  // float32 reads more rows on two neighbouring panels a pass
     if constexpr (std::is_same_v<W, float>) {
       static constexpr auto float_pairs = pairs512(std::make_index_sequence<kMaxRows512>());
@@ -771,9 +839,11 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   TORCH_CHECK(isa == "avx2" || has_avx512(), "isa 'avx512' needs a CPU with AVX-512F");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a float32 matrix [M, K]");
   const bool quantized = panels.scalar_type() == at::kChar;
-  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.size(1) == x.size(1) &&
-                  panels.size(0) == (N + kPanel - 1) / kPanel && panels.is_contiguous(),
-              "panels must be contiguous [ceil(N / ", kPanel, "), K, ", kPanel, "] for x [M, K], isa ", isa,
+  const bool avx512 = isa == "avx512";
+  const int64_t width = avx512 ? kPanel : kPanel2;
+  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == width && panels.size(1) == x.size(1) &&
+                  panels.size(0) == (N + width - 1) / width && panels.is_contiguous(),
+              "panels must be contiguous [ceil(N / ", width, "), K, ", width, "] for x [M, K], isa ", isa,
               " and weights ", panels.scalar_type());
   TORCH_CHECK(reinterpret_cast<uintptr_t>(panels.data_ptr()) % 32 == 0, "panels must be 32-byte aligned");
   TORCH_CHECK(quantized || panels.scalar_type() == at::kFloat, "panels must be float32 or int8");
@@ -781,8 +851,8 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
   const at::Tensor xc = x.contiguous();
   const float* s = nullptr;
   if (quantized) {
-    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() == panels.size(0) * kPanel,
-                "scales must be float32 [ceil(N / ", kPanel, ") * ", kPanel, "]");
+    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() == panels.size(0) * width,
+                "scales must be float32 [ceil(N / ", width, ") * ", width, "]");
     s = scales->data_ptr<float>();
   }
   const float* b = nullptr;
@@ -791,13 +861,15 @@ at::Tensor panel_mm(const at::Tensor& x, const at::Tensor& panels, const std::op
     b = bias->data_ptr<float>();
   }
   at::Tensor out = at::empty({x.size(0), N}, x.options());
-  const bool avx512 = isa == "avx512";
+  const auto run = [&](auto* weights) {
+    using W = std::remove_const_t<std::remove_pointer_t<decltype(weights)>>;
+    const Product<W> a{xc.data_ptr<float>(), x.size(0), x.size(1), weights, N, s, b, out.data_ptr<float>()};
+    avx512 ? panel_mm512_impl(a) : panel_mm8_impl(a);
+  };
   if (quantized)
-    panel_mm_impl(Product<int8_t>{xc.data_ptr<float>(), x.size(0), x.size(1), panels.data_ptr<int8_t>(), N, s, b,
-                                  out.data_ptr<float>()}, avx512);
+    run(panels.data_ptr<int8_t>());
   else
-    panel_mm_impl(Product<float>{xc.data_ptr<float>(), x.size(0), x.size(1), panels.data_ptr<float>(), N, s, b,
-                                 out.data_ptr<float>()}, avx512);
+    run(panels.data_ptr<float>());
   return out;
 }
 
