@@ -23,7 +23,7 @@ from tests.factories import block_llama
 pytestmark = pytest.mark.skipif(not kernel().compiled, reason=f"no compiled kernel here: {kernel().reason}")
 FORMATS = ["float32", "int8", pytest.param("gguf", marks=pytest.mark.skipif(
     "avx512" not in kernel().isas, reason="the block product runs on AVX-512 CPUs only")),
-    pytest.param("gguf-q8", marks=pytest.mark.skipif(not int8_activations_compiled(), reason="no AVX-512 VNNI here"))]
+    pytest.param("gguf-q8", marks=pytest.mark.skipif(not int8_activations_compiled(), reason="no compiled 8-bit activation product here"))]
 
 
 def twins(quantize: str, width: int = 128) -> tuple[TransformersModel, TransformersModel]:
@@ -115,6 +115,46 @@ def test_grouped_heads_read_their_key_head_in_every_call_shape(kernel):
             nxt = torch.randint(0, 50, (2, size), generator=torch.Generator().manual_seed(size))
             close(*[m.forward(c, nxt, None if holes is None else torch.ones(2, size, dtype=torch.bool), num_logits=size)
                     for m, c in zip((compiled, python), caches)])
+
+
+def ungrouped(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with a key head for each query head: each key and value head's weights repeated for
+    the query heads that read it, so every query attends to the same keys and values."""
+    ungrouped = copy.deepcopy(model)
+    config = ungrouped.config
+    group, size = config.num_attention_heads // config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+    with torch.no_grad():
+        for layer in ungrouped.model.layers:
+            for name in ("k_proj", "v_proj"):
+                old = getattr(layer.self_attn, name)
+                new = torch.nn.Linear(old.in_features, old.out_features * group, bias=False)
+                new.weight.copy_(old.weight.view(-1, 1, size, old.in_features).expand(-1, group, -1, -1).reshape(-1, old.in_features))
+                setattr(layer.self_attn, name, new)
+            layer.self_attn.num_key_value_groups = 1
+    config.num_key_value_heads = config.num_attention_heads
+    return ungrouped
+
+
+@pytest.mark.parametrize("kernel", [None, "panel-avx2"])
+def test_grouped_heads_have_the_bits_of_a_key_head_each(kernel):
+    """The compiled loop scores a tile of three query heads against each load of a key (blocks of 8
+    keys where AVX-512VL gives 32 registers, of 4 where the products keep to AVX2) and one query
+    head in blocks of 8 keys (the last keys of a query's span, fewer than a block, one at a time), and
+    each score and weighted value is summed in the same order whatever the block: so the grouped
+    model (6 query heads over 2 key heads) gives the logits, to the bit, of the same model with its
+    key and value heads repeated, one per query head (a product's columns have the bits of the same
+    columns alone), over spans of 37 to 47 keys. The twin that tells: a block of 4 keys whose scores
+    summed their lanes in another tree would round some scores otherwise."""
+    grouped, alone = (TransformersModel(m, kernel=kernel) for m in (grouped_llama(), ungrouped(grouped_llama())))
+    assert grouped._lean.compiled is not None and alone._lean.compiled is not None
+    assert alone.model.config.num_key_value_heads == 6
+    tokens = torch.randint(0, 50, (2, 37), generator=torch.Generator().manual_seed(4))
+    caches = [m.new_cache(2) for m in (grouped, alone)]
+    first = [m.forward(c, tokens, None, num_logits=37) for m, c in zip((grouped, alone), caches)]
+    assert torch.equal(*first)
+    for size in (1, 5, 1, 3):
+        nxt = torch.randint(0, 50, (2, size), generator=torch.Generator().manual_seed(size))
+        assert torch.equal(*[m.forward(c, nxt, None, num_logits=size) for m, c in zip((grouped, alone), caches)])
 
 
 @pytest.mark.parametrize("heads", ["grouped", "one per key head"])

@@ -114,6 +114,12 @@ ALWAYS_INLINE __m256 lane_sums(const __m256* acc) {
   return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
 
+// lane_sums of four accumulators: lane j of the result from acc[j], j < 4, by the same tree.
+ALWAYS_INLINE __m128 lane_sums4(const __m256* acc) {
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+}
+
 // The sum of one vector's eight lanes by lane_sums' tree, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
 ALWAYS_INLINE float tree_sum(__m256 v) {
   alignas(32) float lanes[8];
@@ -142,26 +148,31 @@ ALWAYS_INLINE void prefetch_ahead(const float* rows, int64_t t, int64_t T, int64
 }
 
 // scores[i][t] = q_i k_t / sqrt(D) for the N queries q_i [D] and the keys t in [0, T) (row stride kt):
-// per block of eight keys, N x 8 accumulators, each key chunk loaded once for the N queries; each
-// score summed as score1 sums it, whatever N and wherever its block starts.
-template <int N>
+// per block of B keys (8, or 4 where 16 registers must hold N x B accumulators), N x B accumulators,
+// each key chunk loaded once for the N queries; each score summed as score1 sums it, whatever N and B
+// and wherever its block starts.
+template <int N, int B>
 ALWAYS_INLINE void score_tile(const float* const* queries, const float* key, int64_t kt, int64_t T, int64_t D, float scale,
                               float* const* scores) {
+  static_assert(B == 8 || B == 4);
   int64_t t = 0;
-  for (; t + 8 <= T; t += 8) {
-    prefetch_ahead(key, t, T, kt, D);
-    __m256 acc[N][8];
+  for (; t + B <= T; t += B) {
+    if (t % 8 == 0) prefetch_ahead(key, t, T, kt, D);
+    __m256 acc[N][B];
     for (int i = 0; i < N; ++i)
-      for (int j = 0; j < 8; ++j) acc[i][j] = _mm256_setzero_ps();
+      for (int j = 0; j < B; ++j) acc[i][j] = _mm256_setzero_ps();
     for (int64_t d = 0; d < D; d += 8) {
       __m256 q[N];
       for (int i = 0; i < N; ++i) q[i] = _mm256_loadu_ps(queries[i] + d);
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < B; ++j) {
         const __m256 k = _mm256_loadu_ps(key + (t + j) * kt + d);
         for (int i = 0; i < N; ++i) acc[i][j] = _mm256_fmadd_ps(q[i], k, acc[i][j]);
       }
     }
-    for (int i = 0; i < N; ++i) _mm256_storeu_ps(scores[i] + t, _mm256_mul_ps(lane_sums(acc[i]), _mm256_set1_ps(scale)));
+    for (int i = 0; i < N; ++i) {
+      if constexpr (B == 8) _mm256_storeu_ps(scores[i] + t, _mm256_mul_ps(lane_sums(acc[i]), _mm256_set1_ps(scale)));
+      else _mm_storeu_ps(scores[i] + t, _mm_mul_ps(lane_sums4(acc[i]), _mm_set1_ps(scale)));
+    }
   }
   for (; t < T; ++t)
     for (int i = 0; i < N; ++i) scores[i][t] = score1(queries[i], key + t * kt, D, scale);
@@ -188,13 +199,14 @@ ALWAYS_INLINE void weigh_chunk(const float* const* probs, const float* value, in
     for (int c = 0; c < W; ++c) _mm256_storeu_ps(out[i] + d + 8 * c, acc[i][c]);
 }
 
-// out_i [D] = sum_{t < T} probs_i[t] v_t over the values [T, D] (row stride vt): 64 floats of the head
-// at a time, the rest 8 at a time; each output float adds its terms in order of t.
-template <int N>
+// out_i [D] = sum_{t < T} probs_i[t] v_t over the values [T, D] (row stride vt): 8 W floats of the head
+// at a time (W = 8, or 4 where 16 registers must hold N x W accumulators), the rest 8 at a time; each
+// output float adds its terms in order of t, whatever W.
+template <int N, int W>
 ALWAYS_INLINE void weigh_tile(const float* const* probs, const float* value, int64_t vt, int64_t T, int64_t D,
                               float* const* out) {
   int64_t d = 0;
-  for (; d + 64 <= D; d += 64) weigh_chunk<N, 8>(probs, value, vt, T, D, d, out);
+  for (; d + 8 * W <= D; d += 8 * W) weigh_chunk<N, W>(probs, value, vt, T, D, d, out);
   for (; d < D; d += 8) weigh_chunk<N, 1>(probs, value, vt, T, D, d, out);
 }
 
@@ -277,8 +289,8 @@ struct Visible {
 // Attention for N <= 3 query heads of one live query (`queries`; `rows`, N scratch rows of at least
 // `limit - first` floats; `outputs`) over one key head's keys and values (from `key` and `value`, row
 // strides kt, vt): scores over the keys in [first, limit), -inf at its hidden ones, softmax, weighted
-// values.
-template <int N>
+// values; blocks of B keys and chunks of 8 B floats of a value (score_tile, weigh_tile).
+template <int N, int B>
 ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows, float* const* outputs, const float* key,
                                 int64_t kt, const float* value, int64_t vt, int64_t first, int64_t limit,
                                 const std::vector<int64_t>& hidden, int64_t D, float scale) {
@@ -287,20 +299,22 @@ ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows,
     for (int i = 0; i < N; ++i) std::fill_n(outputs[i], D, 0.0f);
     return;
   }
-  score_tile<N>(queries, key + first * kt, kt, seen, D, scale, rows);
+  score_tile<N, B>(queries, key + first * kt, kt, seen, D, scale, rows);
   for (int i = 0; i < N; ++i) {
     for (const int64_t t : hidden) rows[i][t - first] = -std::numeric_limits<float>::infinity();
     softmax(rows[i], seen);
   }
-  weigh_tile<N>(rows, value + first * vt, vt, seen, D, outputs);
+  weigh_tile<N, B>(rows, value + first * vt, vt, seen, D, outputs);
 }
 
 // One layer's attention for n queries q [n, H, D] over the cache's keys and values [B, H_kv, T, D]
 // (strided), query r at row b = live[r] / S and position s = live[r] % S (the live positions of the
 // chunk, in order): softmax(q k / sqrt(D)) v over the keys `visible` lets each query see, query head
 // h reading key head h / (H / H_kv); out [n, H, D]. Per query position and key head, its query heads
-// in tiles of up to kTile (3 where 32 registers hold three heads' accumulators, else 1) share each
-// load of a key or value chunk; the keys outside the query's visible span are neither scored nor
+// in tiles of up to kTile share each load of a key or value chunk (blocks of 8 keys where 32
+// registers hold three heads' accumulators, of 4 where 16 do: on AVX2 a tile of one head read each
+// key and value once a head, and a call of 9 tokens 150 deep spent 0.5 ms a token outside its
+// products, 2026-11-30); the keys outside the query's visible span are neither scored nor
 // weighed (half the work of a prompt under the causal mask, none of a left-padded prompt's padding).
 // Every score and output float is summed as the query alone would sum it, over the same keys:
 // whatever the tiling, the call's size, the other queries or the thread, a query's output has the
@@ -310,6 +324,7 @@ ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows,
 // prompt's forward): a batch of 32 answers 300 tokens deep reads as many bytes of keys and values a
 // step as of weights.
 constexpr int64_t kParallelWork = 1 << 20;  // query-key-float products below which one thread attends
+constexpr int64_t kTile = 3;  // query heads sharing each load of a key or value chunk
 
 // One layer's attention, as attend_tiled reads it.
 struct Attention {
@@ -322,8 +337,9 @@ struct Attention {
   float* out;
 };
 
-// The units [begin, end) of work: unit u is cache row u / H_kv's queries and key head u % H_kv.
-template <int kTile>
+// The units [begin, end) of work: unit u is cache row u / H_kv's queries and key head u % H_kv; with
+// Wide (32 registers) blocks of 8 keys, else of 4 for tiles of 2 or 3 heads (12 accumulators).
+template <bool Wide>
 ALWAYS_INLINE void attend_tiled(const Attention& a, int64_t begin, int64_t end) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.D));
   const int64_t G = a.H / a.H_kv, D = a.D, H = a.H;  // G query heads per key head
@@ -345,25 +361,22 @@ ALWAYS_INLINE void attend_tiled(const Attention& a, int64_t begin, int64_t end) 
           outputs[i] = a.out + (j * H + h + i) * D;
         }
         const auto run = [&](auto heads) {
-          attend_heads<decltype(heads)::value>(queries, rows, outputs, key, a.kt, value, a.vt, a.visible.first[j],
+          constexpr int N = decltype(heads)::value;
+          attend_heads<N, Wide || N == 1 ? 8 : 4>(queries, rows, outputs, key, a.kt, value, a.vt, a.visible.first[j],
                                                a.visible.limit[j], a.visible.hidden[j], D, scale);
         };
-        if constexpr (kTile == 3) {
-          if (count == 3) run(std::integral_constant<int, 3>{});
-          else if (count == 2) run(std::integral_constant<int, 2>{});
-          else run(std::integral_constant<int, 1>{});
-        } else {
-          run(std::integral_constant<int, 1>{});
-        }
+        if (count == 3) run(std::integral_constant<int, 3>{});
+        else if (count == 2) run(std::integral_constant<int, 2>{});
+        else run(std::integral_constant<int, 1>{});
       }
   }
 }
 
-void attend_avx2_units(const Attention& a, int64_t begin, int64_t end) { attend_tiled<1>(a, begin, end); }
+void attend_avx2_units(const Attention& a, int64_t begin, int64_t end) { attend_tiled<false>(a, begin, end); }
 
-// The same code where AVX-512VL gives 32 vector registers (tiles of three heads: 24 accumulators).
+// The same code where AVX-512VL gives 32 vector registers (blocks of 8 keys for three heads: 24 accumulators).
 __attribute__((target("avx512f,avx512vl")))
-void attend_avx512_units(const Attention& a, int64_t begin, int64_t end) { attend_tiled<3>(a, begin, end); }
+void attend_avx512_units(const Attention& a, int64_t begin, int64_t end) { attend_tiled<true>(a, begin, end); }
 
 template <void (*units)(const Attention&, int64_t, int64_t)>
 void attend(const float* q, const int64_t* live, const at::Tensor& keys, const at::Tensor& values,
