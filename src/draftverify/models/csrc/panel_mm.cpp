@@ -772,12 +772,15 @@ void product_panels8(int64_t begin, int64_t end, const Product<W>& a, Make panel
     blocks.emplace_back(row, a.M - row - R == 1 ? R - 1 : R);  // no block of one row beside others
   }
   const int64_t chunk = blocks.size() == 1 ? a.K : kChunk8, ahead = blocks.size() == 1 ? kPrefetch8 : kPrefetchChunked8;
-  std::vector<__m256> ymm(blocks.size() * 12);  // a block's accumulators, at most 12 (C++17: aligned)
+  struct alignas(32) Ymm {
+    float lanes[kPanel2];
+  };
+  std::vector<Ymm> ymm(blocks.size() * 12);  // a block's accumulators, at most 12 (C++17: aligned)
   float* const state = reinterpret_cast<float*>(ymm.data());
   const auto pass = [&](int n, int64_t first, int64_t stride) {  // panels first + s stride, s < n
     const W* w[kMaxStreams];
     for (int s = 0; s < n; ++s) w[s] = panel(first + s * stride, 0).w;
-    std::fill(ymm.begin(), ymm.end(), _mm256_setzero_ps());
+    std::fill(ymm.begin(), ymm.end(), Ymm{});
     for (int64_t k0 = 0; k0 < a.K; k0 += chunk)
       for (std::size_t b = 0; b < blocks.size(); ++b) {
         const auto [row, R] = blocks[b];
