@@ -120,11 +120,11 @@ def test_grouped_heads_read_their_key_head_in_every_call_shape(kernel):
 def ungrouped(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` with a key head for each query head: each key and value head's weights repeated for
     the query heads that read it, so every query attends to the same keys and values."""
-    ungrouped = copy.deepcopy(model)
-    config = ungrouped.config
+    repeated = copy.deepcopy(model)
+    config = repeated.config
     group, size = config.num_attention_heads // config.num_key_value_heads, config.hidden_size // config.num_attention_heads
     with torch.no_grad():
-        for layer in ungrouped.model.layers:
+        for layer in repeated.model.layers:
             for name in ("k_proj", "v_proj"):
                 old = getattr(layer.self_attn, name)
                 new = torch.nn.Linear(old.in_features, old.out_features * group, bias=False)
@@ -132,7 +132,7 @@ def ungrouped(model: torch.nn.Module) -> torch.nn.Module:
                 setattr(layer.self_attn, name, new)
             layer.self_attn.num_key_value_groups = 1
     config.num_key_value_heads = config.num_attention_heads
-    return ungrouped
+    return repeated
 
 
 @pytest.mark.parametrize("kernel", [None, "panel-avx2"])

@@ -215,14 +215,14 @@ class PanelLinear:
         if self.isa not in kernel().isas:
             raise ValueError(f"isa must be one of {kernel().isas} here, got {isa!r}")
         with torch.no_grad():
-            self.out_features = weight.shape[1]
+            self.out_features, width = weight.shape[1], PANEL_WIDTHS[self.isa]
             if quantize == "int8":
                 q, scale = quantize_int8(weight)
-                self.panels = pack(q, PANEL_WIDTHS[self.isa])
-                self.scales = torch.ones(self.panels.shape[0] * PANEL_WIDTHS[self.isa])  # padded as the panels are
+                self.panels = pack(q, width)
+                self.scales = torch.ones(self.panels.shape[0] * width)  # padded as the panels are
                 self.scales[: self.out_features] = scale
             elif quantize is None:
-                self.panels, self.scales = pack(weight.float(), PANEL_WIDTHS[self.isa]), None
+                self.panels, self.scales = pack(weight.float(), width), None
             else:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             self.bias = None if bias is None else bias.detach().float().contiguous()

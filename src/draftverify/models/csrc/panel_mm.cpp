@@ -84,6 +84,8 @@ inline __m256 load_weights8(const int8_t* w) {
 // accumulator sets over k for R rows of 8-column panels: two for one row, else one
 constexpr int sets8(int R) { return R == 1 ? 2 : 1; }
 
+constexpr int64_t kAccumulators8 = 12;  // ymm accumulators of an AVX2 block, at most (16 registers)
+
 // Rows of x (stride ldx) times S panels w[s] [K, 8] over the k-steps [k0, k1), k-step k adding to
 // accumulator set k % U: a ymm for each set, row and panel, loaded from and stored back to
 // state [U][R][S][8], so that the blocks of rows of a pass take turns over chunks of k and the chunk
@@ -127,11 +129,11 @@ void chunk8(const float* x, int64_t ldx, const W* const* w, int64_t k0, int64_t 
 template <typename W>
 using Chunk8 = void (*)(const float*, int64_t, const W* const*, int64_t, int64_t, int64_t, float*);
 
-// The chunk8 of R rows (entry R - 1) on S panels; none where they would take more than 12
-// accumulators (plan8 never asks for them).
+// The chunk8 of R rows (entry R - 1) on S panels; none where they would take more than kAccumulators8
+// (plan8 never asks for them).
 template <typename W, int S, int R>
 constexpr Chunk8<W> chunk8_of() {
-  if constexpr (R * S * sets8(R) <= 12) return &chunk8<R, sets8(R), S, W>;
+  if constexpr (R * S * sets8(R) <= kAccumulators8) return &chunk8<R, sets8(R), S, W>;
   else return nullptr;
 }
 template <typename W, int S, std::size_t... I>
@@ -775,7 +777,7 @@ void product_panels8(int64_t begin, int64_t end, const Product<W>& a, Make panel
   struct alignas(32) Ymm {
     float lanes[kPanel2];
   };
-  std::vector<Ymm> ymm(blocks.size() * 12);  // a block's accumulators, at most 12 (C++17: aligned)
+  std::vector<Ymm> ymm(blocks.size() * kAccumulators8);  // each block's accumulators (C++17: aligned)
   float* const state = reinterpret_cast<float*>(ymm.data());
   const auto pass = [&](int n, int64_t first, int64_t stride) {  // panels first + s stride, s < n
     const W* w[kMaxStreams];
@@ -784,13 +786,13 @@ void product_panels8(int64_t begin, int64_t end, const Product<W>& a, Make panel
     for (int64_t k0 = 0; k0 < a.K; k0 += chunk)
       for (std::size_t b = 0; b < blocks.size(); ++b) {
         const auto [row, R] = blocks[b];
-        tables[n - 1][R - 1](a.x + row * a.K, a.K, w, k0, std::min(k0 + chunk, a.K), ahead, state + b * 12 * kPanel2);
+        tables[n - 1][R - 1](a.x + row * a.K, a.K, w, k0, std::min(k0 + chunk, a.K), ahead, state + b * kAccumulators8 * kPanel2);
       }
     for (std::size_t b = 0; b < blocks.size(); ++b) {
       const auto [row, R] = blocks[b];
       Panel<const W*> at[kMaxStreams];
       for (int s = 0; s < n; ++s) at[s] = panel(first + s * stride, row);
-      finish8(state + b * 12 * kPanel2, static_cast<int>(R), sets8(static_cast<int>(R)), n, at, a.N);
+      finish8(state + b * kAccumulators8 * kPanel2, static_cast<int>(R), sets8(static_cast<int>(R)), n, at, a.N);
     }
   };
   const int64_t part = (end - begin) / S;
@@ -798,31 +800,32 @@ void product_panels8(int64_t begin, int64_t end, const Product<W>& a, Make panel
   for (int64_t p = begin + S * part; p < end; ++p) pass(1, p, 0);
 }
 
-template <typename W>
-void panel_mm8_impl(const Product<W>& a) {
-  const int64_t count = (a.N + kPanel2 - 1) / kPanel2;
-  const int64_t grain = std::max<int64_t>(1, 131072 / (kPanel2 * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
+// run(begin, end, panel) over ranges of the Width-column panels of a float32 or int8 product, shared
+// among threads (about 128k weights a range at least); panel(p, row) is panel p as a block from row
+// `row` reads it.
+template <int64_t Width, typename W, typename Run>
+void panel_ranges(const Product<W>& a, Run run) {
+  const int64_t count = (a.N + Width - 1) / Width;
+  const int64_t grain = std::max<int64_t>(1, 131072 / (Width * std::max<int64_t>(a.K, 1)));
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
-    product_panels8(begin, end, a, [&](int64_t p, int64_t row) {
-      const int64_t col = p * kPanel2;
-      return Panel<const W*>{a.panels + p * a.K * kPanel2, a.out + row * a.N + col, std::min(kPanel2, a.N - col),
+    run(begin, end, [&](int64_t p, int64_t row) {
+      const int64_t col = p * Width;
+      return Panel<const W*>{a.panels + p * a.K * Width, a.out + row * a.N + col, std::min(Width, a.N - col),
                              a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
     });
   });
 }
 
 template <typename W>
+void panel_mm8_impl(const Product<W>& a) {
+  panel_ranges<kPanel2>(a, [&](int64_t begin, int64_t end, auto panel) { product_panels8(begin, end, a, panel); });
+}
+
+template <typename W>
 void panel_mm512_impl(const Product<W>& a) {
   static constexpr auto blocks = blocks512<W, false>(std::make_index_sequence<kRows512<W>>());
   static constexpr auto side = blocks512<W, true>(std::make_index_sequence<kStreamRows>());
-  const int64_t count = (a.N + kPanel - 1) / kPanel;
-  const int64_t grain = std::max<int64_t>(1, 131072 / (kPanel * std::max<int64_t>(a.K, 1)));  // ~128k weights a chunk
-  at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
-    const auto panel = [&](int64_t p, int64_t row) {
-      const int64_t col = p * kPanel;
-      return Panel<const W*>{a.panels + p * a.K * kPanel, a.out + row * a.N + col, std::min(kPanel, a.N - col),
-                             a.scales == nullptr ? nullptr : a.scales + col, a.bias == nullptr ? nullptr : a.bias + col};
-    };
+  panel_ranges<kPanel>(a, [&](int64_t begin, int64_t end, auto panel) {
     const decltype(blocks)* pairs = nullptr;  // float32 reads more rows on two neighbouring panels a pass
     if constexpr (std::is_same_v<W, float>) {
       static constexpr auto float_pairs = pairs512(std::make_index_sequence<kMaxRows512>());
