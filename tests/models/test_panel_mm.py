@@ -249,6 +249,21 @@ def test_avx2_rows_of_two_or_more_have_the_bits_of_any_other_cut_and_one_row_its
     assert not torch.equal(linear(x[16:]), rows[16:])
 
 
+
+@needs_panel
+def test_avx2_many_rows_run_in_groups_with_the_bits_of_any_other_cut():
+    """AVX2: a product of more than 48 rows (a prompt's forward) runs its blocks of 6 rows in groups
+    of 48 rows, each group over every panel (and the panel left over beside the four parts: 25
+    panels of 8 columns). The product is torch's to float32 tolerance, and a row's bits are those of
+    any cut into products of two rows or more, the groups falling elsewhere in each."""
+    weight, bias = weights((576, 200), 14)
+    linear = PanelLinear(weight, bias, isa="avx2")
+    x = torch.randn(110, 576, generator=torch.Generator().manual_seed(15))
+    rows = linear(x)  # 18 blocks of 6 and one of 2: groups of 8, 8 and 3 blocks
+    torch.testing.assert_close(rows, torch.addmm(bias, x, weight), **TOL)
+    for cut in ([48, 62], [50, 60], [13, 97], [2] * 55):
+        assert torch.equal(torch.cat([linear(part) for part in x.split(cut)]), rows), cut
+
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     with pytest.warns(UserWarning, match=r"^panel matrix kernel unavailable \(this CPU has no AVX2/FMA") as record:
