@@ -151,35 +151,29 @@ ALWAYS_INLINE void prefetch_ahead(const float* rows, int64_t t, int64_t T, int64
     }
 }
 
-// scores[i][t] = q_i k_t / sqrt(D) for the N queries q_i [D] and the keys t in [0, T) (row stride kt):
-// per block of B keys (8, or 4 where 16 registers must hold N x B accumulators), N x B accumulators,
-// each key chunk loaded once for the N queries; each score summed as score1 sums it, whatever N and B
-// and wherever its block starts.
+// scores[i][j] = q_i k_j / sqrt(D) for the N queries q_i [D] and the B keys k_j from `key` (row
+// stride kt): B = 8, or 4 where 16 registers must hold N x B accumulators; N x B accumulators, each key
+// chunk loaded once for the N queries; each score summed as score1 sums it, whatever N and B and
+// wherever its block starts.
 template <int N, int B>
-ALWAYS_INLINE void score_tile(const float* const* queries, const float* key, int64_t kt, int64_t T, int64_t D, float scale,
-                              float* const* scores, bool fetch) {
+ALWAYS_INLINE void score_block(const float* const* queries, const float* key, int64_t kt, int64_t D, float scale,
+                               float* const* scores) {
   static_assert(B == 8 || B == 4);
-  int64_t t = 0;
-  for (; t + B <= T; t += B) {
-    if (fetch && t % 8 == 0) prefetch_ahead(key, t, T, kt, D);
-    __m256 acc[N][B];
-    for (int i = 0; i < N; ++i)
-      for (int j = 0; j < B; ++j) acc[i][j] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8) {
-      __m256 q[N];
-      for (int i = 0; i < N; ++i) q[i] = _mm256_loadu_ps(queries[i] + d);
-      for (int j = 0; j < B; ++j) {
-        const __m256 k = _mm256_loadu_ps(key + (t + j) * kt + d);
-        for (int i = 0; i < N; ++i) acc[i][j] = _mm256_fmadd_ps(q[i], k, acc[i][j]);
-      }
-    }
-    for (int i = 0; i < N; ++i) {
-      if constexpr (B == 8) _mm256_storeu_ps(scores[i] + t, _mm256_mul_ps(lane_sums(acc[i]), _mm256_set1_ps(scale)));
-      else _mm_storeu_ps(scores[i] + t, _mm_mul_ps(lane_sums4(acc[i]), _mm_set1_ps(scale)));
+  __m256 acc[N][B];
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < B; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    __m256 q[N];
+    for (int i = 0; i < N; ++i) q[i] = _mm256_loadu_ps(queries[i] + d);
+    for (int j = 0; j < B; ++j) {
+      const __m256 k = _mm256_loadu_ps(key + j * kt + d);
+      for (int i = 0; i < N; ++i) acc[i][j] = _mm256_fmadd_ps(q[i], k, acc[i][j]);
     }
   }
-  for (; t < T; ++t)
-    for (int i = 0; i < N; ++i) scores[i][t] = score1(queries[i], key + t * kt, D, scale);
+  for (int i = 0; i < N; ++i) {
+    if constexpr (B == 8) _mm256_storeu_ps(scores[i], _mm256_mul_ps(lane_sums(acc[i]), _mm256_set1_ps(scale)));
+    else _mm_storeu_ps(scores[i], _mm_mul_ps(lane_sums4(acc[i]), _mm_set1_ps(scale)));
+  }
 }
 
 // out_i [W 8 floats from d] = sum_{t < T} probs_i[t] v_t[d ...], t in order from zero, for the N queries
@@ -201,17 +195,6 @@ ALWAYS_INLINE void weigh_chunk(const float* const* probs, const float* value, in
   }
   for (int i = 0; i < N; ++i)
     for (int c = 0; c < W; ++c) _mm256_storeu_ps(out[i] + d + 8 * c, acc[i][c]);
-}
-
-// out_i [D] = sum_{t < T} probs_i[t] v_t over the values [T, D] (row stride vt): 8 W floats of the head
-// at a time (W = 8, or 4 where 16 registers must hold N x W accumulators), the rest 8 at a time; each
-// output float adds its terms in order of t, whatever W.
-template <int N, int W>
-ALWAYS_INLINE void weigh_tile(const float* const* probs, const float* value, int64_t vt, int64_t T, int64_t D,
-                              float* const* out, bool fetch) {
-  int64_t d = 0;
-  for (; d + 8 * W <= D; d += 8 * W) weigh_chunk<N, W>(probs, value, vt, T, D, d, out, fetch && d == 0);
-  for (; d < D; d += 8) weigh_chunk<N, 1>(probs, value, vt, T, D, d, out, fetch && d == 0);
 }
 
 // e^x for x <= 0 (softmax's x - max), 8 lanes: 2^n e^r with n = round(x / ln 2) and r = x - n ln 2
@@ -290,32 +273,66 @@ struct Visible {
   }
 };
 
-// Attention for N <= 3 query heads of one live query (`queries`; `rows`, N scratch rows of at least
-// `limit - first` floats; `outputs`) over one key head's keys and values (from `key` and `value`, row
-// strides kt, vt): scores over the keys in [first, limit), -inf at its hidden ones, softmax, weighted
-// values; blocks of B keys and chunks of 8 B floats of a value (score_tile, weigh_tile).
+constexpr int64_t kTile = 3;  // query heads sharing each load of a key or value chunk
+constexpr int kPositions = 8;  // query positions of a cache row sharing each load of a key block or value chunk
+
+// Attention for N <= 3 query heads of P live queries of one cache row that see from the same first key
+// (`queries[p]`, `outputs[p]`; `rows[p]`, N scratch rows of at least `limit - first` floats; `visible`
+// and their indices `at[p]`)
+// over one key head's keys and values (from `key` and `value`, row strides kt, vt): scores over each
+// query's keys in [first, limit), -inf at its hidden ones, softmax, weighted values. The queries
+// share each load of a block of B keys (score_block; the keys past a query's
+// last full block one by one, score1) and of a value chunk of 8 B floats (weigh_chunk, each query's
+// chunk in turn while the chunk's values stay in L2): a call 1,500 deep streamed a key head's keys and
+// values, 768 KB, from L3 once a query (2026-11-30). With `fetch`, the first query prefetches them.
 template <int N, int B>
-ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows, float* const* outputs, const float* key,
-                                int64_t kt, const float* value, int64_t vt, int64_t first, int64_t limit,
-                                const std::vector<int64_t>& hidden, int64_t D, float scale, bool fetch) {
-  const int64_t seen = limit - first;
-  if (seen == 0) {  // sees no key: no terms (the Python loop's softmax gives NaN; no one reads it)
-    for (int i = 0; i < N; ++i) std::fill_n(outputs[i], D, 0.0f);
-    return;
+ALWAYS_INLINE void attend_group(int P, const float* const (*queries)[kTile], float* const (*rows)[kTile],
+                                float* const (*outputs)[kTile], const Visible& visible, const int64_t* at,
+                                const float* key, int64_t kt, const float* value, int64_t vt, int64_t D, float scale,
+                                bool fetch) {
+  const int64_t first = visible.first[at[0]];  // every query's (attend_tiled groups them so)
+  const auto seen = [&](int p) { return visible.limit[at[p]] - first; };
+  int64_t longest = 0;
+  for (int p = 0; p < P; ++p) longest = std::max(longest, seen(p));
+  for (int64_t t = 0; t + B <= longest; t += B) {
+    if (fetch && t % 8 == 0) prefetch_ahead(key + first * kt, t, longest, kt, D);
+    for (int p = 0; p < P; ++p)
+      if (t + B <= seen(p)) {
+        float* scores[N];
+        for (int i = 0; i < N; ++i) scores[i] = rows[p][i] + t;
+        score_block<N, B>(queries[p], key + (first + t) * kt, kt, D, scale, scores);
+      }
   }
-  score_tile<N, B>(queries, key + first * kt, kt, seen, D, scale, rows, fetch);
-  for (int i = 0; i < N; ++i) {
-    for (const int64_t t : hidden) rows[i][t - first] = -std::numeric_limits<float>::infinity();
-    softmax(rows[i], seen);
+  for (int p = 0; p < P; ++p) {
+    const int64_t n = seen(p);
+    for (int64_t t = n / B * B; t < n; ++t)
+      for (int i = 0; i < N; ++i) rows[p][i][t] = score1(queries[p][i], key + (first + t) * kt, D, scale);
+    if (n == 0) {  // sees no key: no terms (the Python loop's softmax gives NaN; no one reads it)
+      for (int i = 0; i < N; ++i) std::fill_n(outputs[p][i], D, 0.0f);
+      continue;
+    }
+    for (int i = 0; i < N; ++i) {
+      for (const int64_t t : visible.hidden[at[p]]) rows[p][i][t - first] = -std::numeric_limits<float>::infinity();
+      softmax(rows[p][i], n);
+    }
   }
-  weigh_tile<N, B>(rows, value + first * vt, vt, seen, D, outputs, fetch);
+  const float* values = value + first * vt;
+  const auto weigh = [&](auto width, int64_t d) {  // a chunk of 8 W floats of every query's output
+    constexpr int W = decltype(width)::value;
+    for (int p = 0; p < P; ++p)
+      if (seen(p) > 0) weigh_chunk<N, W>(rows[p], values, vt, seen(p), D, d, outputs[p], fetch && p == 0 && d == 0);
+  };
+  int64_t d = 0;
+  for (; d + 8 * B <= D; d += 8 * B) weigh(std::integral_constant<int, B>{}, d);
+  for (; d < D; d += 8) weigh(std::integral_constant<int, 1>{}, d);
 }
 
 // One layer's attention for n queries q [n, H, D] over the cache's keys and values [B, H_kv, T, D]
 // (strided), query r at row b = live[r] / S and position s = live[r] % S (the live positions of the
 // chunk, in order): softmax(q k / sqrt(D)) v over the keys `visible` lets each query see, query head
-// h reading key head h / (H / H_kv); out [n, H, D]. Per query position and key head, its query heads
-// in tiles of up to kTile share each load of a key or value chunk (blocks of 8 keys where 32
+// h reading key head h / (H / H_kv); out [n, H, D]. Per key head, up to kPositions query positions of a
+// row and their query heads in tiles of up to kTile share each load of a key or value chunk
+// (attend_group; blocks of 8 keys where 32
 // registers hold three heads' accumulators, of 4 where 16 do: on AVX2 a tile of one head read each
 // key and value once a head, and a call of 9 tokens 150 deep spent 0.5 ms a token outside its
 // products, 2026-11-30); the keys outside the query's visible span are neither scored nor
@@ -328,7 +345,6 @@ ALWAYS_INLINE void attend_heads(const float* const* queries, float* const* rows,
 // prompt's forward): a batch of 32 answers 300 tokens deep reads as many bytes of keys and values a
 // step as of weights.
 constexpr int64_t kParallelWork = 1 << 20;  // query-key-float products below which one thread attends
-constexpr int64_t kTile = 3;  // query heads sharing each load of a key or value chunk
 
 // One layer's attention, as attend_tiled reads it.
 struct Attention {
@@ -347,32 +363,38 @@ template <bool Wide>
 ALWAYS_INLINE void attend_tiled(const Attention& a, int64_t begin, int64_t end) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.D));
   const int64_t G = a.H / a.H_kv, D = a.D, H = a.H;  // G query heads per key head
-  std::vector<float> scratch(kTile * a.T);
+  std::vector<float> scratch(kPositions * kTile * a.T);
   for (int64_t unit = begin; unit < end; ++unit) {
     const int64_t r = a.visible.starts[unit / a.H_kv], stop = a.visible.starts[unit / a.H_kv + 1], g = unit % a.H_kv;
     const int64_t b = a.live[r] / a.S;
     const float* key = a.k + b * a.kb + g * a.kh;  // a key head's keys and values stay in cache across the row's queries
     const float* value = a.v + b * a.vb + g * a.vh;
-    for (int64_t j = r; j < stop; ++j)
+    for (int64_t j0 = r; j0 < stop;) {  // groups of up to kPositions queries that see from the same first key
+      int64_t at[kPositions];
+      int P = 0;
+      for (; P < kPositions && j0 + P < stop && a.visible.first[j0 + P] == a.visible.first[j0]; ++P) at[P] = j0 + P;
       for (int64_t h = g * G; h < (g + 1) * G; h += kTile) {
-        const float* queries[kTile];
-        float* rows[kTile];
-        float* outputs[kTile];
+        const float* queries[kPositions][kTile];
+        float* rows[kPositions][kTile];
+        float* outputs[kPositions][kTile];
         const int64_t count = std::min<int64_t>(kTile, (g + 1) * G - h);
-        for (int64_t i = 0; i < count; ++i) {
-          queries[i] = a.q + (j * H + h + i) * D;
-          rows[i] = scratch.data() + i * a.T;
-          outputs[i] = a.out + (j * H + h + i) * D;
-        }
+        for (int p = 0; p < P; ++p)
+          for (int64_t i = 0; i < count; ++i) {
+            queries[p][i] = a.q + (at[p] * H + h + i) * D;
+            rows[p][i] = scratch.data() + (p * kTile + i) * a.T;
+            outputs[p][i] = a.out + (at[p] * H + h + i) * D;
+          }
         const auto run = [&](auto heads) {
           constexpr int N = decltype(heads)::value;
-          attend_heads<N, Wide || N == 1 ? 8 : 4>(queries, rows, outputs, key, a.kt, value, a.vt, a.visible.first[j],
-                                               a.visible.limit[j], a.visible.hidden[j], D, scale, j == r && h == g * G);
+          attend_group<N, Wide || N == 1 ? 8 : 4>(P, queries, rows, outputs, a.visible, at, key, a.kt, value, a.vt, D, scale,
+                                                  j0 == r && h == g * G);
         };
         if (count == 3) run(std::integral_constant<int, 3>{});
         else if (count == 2) run(std::integral_constant<int, 2>{});
         else run(std::integral_constant<int, 1>{});
       }
+      j0 += P;
+    }
   }
 }
 
