@@ -278,12 +278,11 @@ constexpr int kPositions = 8;  // query positions of a cache row sharing each lo
 
 // Attention for N <= 3 query heads of P live queries of one cache row that see from the same first key
 // (`queries[p]`, `outputs[p]`; `rows[p]`, N scratch rows of at least `limit - first` floats; `visible`
-// and their indices `at[p]`)
-// over one key head's keys and values (from `key` and `value`, row strides kt, vt): scores over each
-// query's keys in [first, limit), -inf at its hidden ones, softmax, weighted values. The queries
-// share each load of a block of B keys (score_block; the keys past a query's
-// last full block one by one, score1) and of a value chunk of 8 B floats (weigh_chunk, each query's
-// chunk in turn while the chunk's values stay in L2): a call 1,500 deep streamed a key head's keys and
+// and their indices `at[p]`) over one key head's keys and values (from `key` and `value`, row strides
+// kt, vt): scores over each query's keys in [first, limit), -inf at its hidden ones, softmax, weighted
+// values. The queries share each load of a block of B keys (score_block; the keys past a query's last
+// full block one by one, score1) and of a value chunk of 8 B floats (weigh_chunk, each query's chunk in
+// turn while the chunk's values stay in L2): a call 1,500 deep had streamed a key head's keys and
 // values, 768 KB, from L3 once a query (2026-11-30). With `fetch`, the first query prefetches them.
 template <int N, int B>
 ALWAYS_INLINE void attend_group(int P, const float* const (*queries)[kTile], float* const (*rows)[kTile],
@@ -330,13 +329,12 @@ ALWAYS_INLINE void attend_group(int P, const float* const (*queries)[kTile], flo
 // One layer's attention for n queries q [n, H, D] over the cache's keys and values [B, H_kv, T, D]
 // (strided), query r at row b = live[r] / S and position s = live[r] % S (the live positions of the
 // chunk, in order): softmax(q k / sqrt(D)) v over the keys `visible` lets each query see, query head
-// h reading key head h / (H / H_kv); out [n, H, D]. Per key head, up to kPositions query positions of a
-// row and their query heads in tiles of up to kTile share each load of a key or value chunk
-// (attend_group; blocks of 8 keys where 32
-// registers hold three heads' accumulators, of 4 where 16 do: on AVX2 a tile of one head read each
-// key and value once a head, and a call of 9 tokens 150 deep spent 0.5 ms a token outside its
-// products, 2026-11-30); the keys outside the query's visible span are neither scored nor
-// weighed (half the work of a prompt under the causal mask, none of a left-padded prompt's padding).
+// h reading key head h / (H / H_kv); out [n, H, D]. Per key head, up to kPositions query positions of
+// a row and their query heads in tiles of up to kTile share each load of a key or value chunk
+// (attend_group; blocks of 8 keys where 32 registers hold three heads' accumulators, of 4 where 16 do:
+// on AVX2 a tile of one head read each key and value once a head, and a call of 9 tokens 150 deep
+// spent 0.5 ms a token outside its products, 2026-11-30); the keys outside the query's visible span
+// are neither scored nor weighed (half the work of a prompt under the causal mask, none of a left-padded prompt's padding).
 // Every score and output float is summed as the query alone would sum it, over the same keys:
 // whatever the tiling, the call's size, the other queries or the thread, a query's output has the
 // same bits (the softmax is this file's, over its visible keys only). The units of work, a cache row's
@@ -363,7 +361,10 @@ template <bool Wide>
 ALWAYS_INLINE void attend_tiled(const Attention& a, int64_t begin, int64_t end) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.D));
   const int64_t G = a.H / a.H_kv, D = a.D, H = a.H;  // G query heads per key head
-  std::vector<float> scratch(kPositions * kTile * a.T);
+  int64_t most = 1;  // queries of a row in a group, at most
+  for (int64_t unit = begin; unit < end; ++unit)
+    most = std::max(most, std::min<int64_t>(kPositions, a.visible.starts[unit / a.H_kv + 1] - a.visible.starts[unit / a.H_kv]));
+  std::vector<float> scratch(most * kTile * a.T);
   for (int64_t unit = begin; unit < end; ++unit) {
     const int64_t r = a.visible.starts[unit / a.H_kv], stop = a.visible.starts[unit / a.H_kv + 1], g = unit % a.H_kv;
     const int64_t b = a.live[r] / a.S;
