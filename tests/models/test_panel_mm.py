@@ -249,7 +249,6 @@ def test_avx2_rows_of_two_or_more_have_the_bits_of_any_other_cut_and_one_row_its
     assert not torch.equal(linear(x[16:]), rows[16:])
 
 
-
 @needs_panel
 def test_avx2_many_rows_run_in_groups_with_the_bits_of_any_other_cut():
     """AVX2: a product of more than 48 rows (a prompt's forward) runs its blocks of 6 rows in groups
@@ -263,6 +262,7 @@ def test_avx2_many_rows_run_in_groups_with_the_bits_of_any_other_cut():
     torch.testing.assert_close(rows, torch.addmm(bias, x, weight), **TOL)
     for cut in ([48, 62], [50, 60], [13, 97], [2] * 55):
         assert torch.equal(torch.cat([linear(part) for part in x.split(cut)]), rows), cut
+
 
 def test_the_eager_fallback_warns_once_in_one_line_and_eager_on_request_does_not(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")

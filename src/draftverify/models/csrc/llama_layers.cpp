@@ -334,7 +334,8 @@ ALWAYS_INLINE void attend_group(int P, const float* const (*queries)[kTile], flo
 // (attend_group; blocks of 8 keys where 32 registers hold three heads' accumulators, of 4 where 16 do:
 // on AVX2 a tile of one head read each key and value once a head, and a call of 9 tokens 150 deep
 // spent 0.5 ms a token outside its products, 2026-11-30); the keys outside the query's visible span
-// are neither scored nor weighed (half the work of a prompt under the causal mask, none of a left-padded prompt's padding).
+// are neither scored nor weighed (half the work of a prompt under the causal mask, none of a
+// left-padded prompt's padding).
 // Every score and output float is summed as the query alone would sum it, over the same keys:
 // whatever the tiling, the call's size, the other queries or the thread, a query's output has the
 // same bits (the softmax is this file's, over its visible keys only). The units of work, a cache row's
