@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from draftverify.engine import generate
+from draftverify.models.base import chunk_repeats
 from draftverify.models.ggml_blocks import int8_activations_compiled
 from draftverify.models.hf import TransformersModel
 from draftverify.models.panel_mm import kernel
@@ -202,6 +203,41 @@ def test_a_padded_row_attends_as_the_prompt_alone(heads):
         nxt = model.forward(cache, torch.tensor([[7], [9]]), torch.ones(2, 1, dtype=torch.bool))
         logits.append((first, nxt))
     assert torch.equal(logits[0][0], logits[1][0]) and torch.equal(logits[0][1], logits[1][1])
+
+
+@pytest.mark.parametrize("heads", ["grouped", "one per key head"])
+def test_prompts_that_open_alike_compute_their_opening_once_to_the_same_bits(heads, monkeypatch):
+    """A batch's prompts on empty rows that open with the same tokens: the compiled loop computes
+    the opening once and copies its keys, values and states (``repeats``, :func:`chunk_repeats`).
+    The logits and kept features of every live position, in the prompts' call and in the next
+    one-token call (which reads the copied keys and values), are those of the same batch computed
+    whole to the bit, and the prompts' call gives each prompt's logits alone: a prompt that shares
+    ten tokens with the first, one that is the first's opening of twelve, one equal to the first, one
+    that opens otherwise, left-padded to the longest. (The twin that tells: a copy of the source's
+    values from the slot after it fails this.)"""
+    model = TransformersModel(grouped_llama()) if heads == "grouped" else twins("float32")[0]
+    model.keep_features()
+    draw = torch.Generator().manual_seed(4)
+    first = torch.randint(0, 50, (20,), generator=draw)
+    prompts = [first, torch.cat([first[:10], torch.randint(0, 50, (6,), generator=draw)]), first[:12], first,
+               torch.randint(0, 50, (15,), generator=draw)]
+    width = max(len(p) for p in prompts)
+    tokens, valid = torch.zeros(len(prompts), width, dtype=torch.int64), torch.zeros(len(prompts), width, dtype=torch.bool)
+    for row, prompt in enumerate(prompts):
+        tokens[row, width - len(prompt):], valid[row, width - len(prompt):] = prompt, True
+    repeats = chunk_repeats(tokens, valid)
+    assert repeats is not None and int((repeats >= 0).sum()) == 10 + 12 + 20  # what the compiled loop copies
+    runs = []
+    for copied in (True, False):
+        if not copied:
+            monkeypatch.setattr("draftverify.models.hf.chunk_repeats", lambda tokens, valid: None)
+        cache = model.new_cache(len(prompts))
+        together = model.forward(cache, tokens, valid, num_logits=width)[valid]  # [live, V]
+        runs.append((together, model.forward(cache, torch.arange(len(prompts))[:, None] + 7),
+                     model.kept_features(cache)[cache.valid]))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    alone = torch.cat([model.forward(model.new_cache(1), p[None], num_logits=len(p))[0] for p in prompts])
+    assert torch.equal(runs[0][0], alone)
 
 
 def test_a_batch_attends_alike_on_one_thread_and_two():

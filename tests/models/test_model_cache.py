@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draftverify.models.base import HistoryModel
+from draftverify.models.base import HistoryModel, chunk_repeats
 
 
 class Recorder(HistoryModel):
@@ -95,3 +95,18 @@ def test_logits_of_padding_are_refused():
     cache = model.new_cache(2)
     with pytest.raises(ValueError, match="padding"):
         model.forward(cache, torch.tensor([[1, 2], [3, 0]]), torch.tensor([[True, True], [True, False]]))
+
+
+def test_chunk_repeats_points_each_shared_opening_at_its_first_computed_slot():
+    """Row 1 opens as no earlier row; row 2 shares three tokens with row 0 (padded by two) and row 3
+    four (padded by one), so their slots point at row 0's; row 4 shares five with row 3, whose first
+    four are row 0's: those point at row 0, the fifth at row 3. A row alone, or rows that open
+    differently, repeat nothing."""
+    tokens = torch.tensor([[0, 0, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6], [5, 6, 7, 9, 9, 9], [0, 5, 6, 7, 8, 1],
+                           [5, 6, 7, 8, 1, 2]])
+    valid = torch.ones_like(tokens, dtype=torch.bool)
+    valid[0, :2] = valid[3, 0] = False
+    assert chunk_repeats(tokens, valid).tolist() == [[-1] * 6, [-1] * 6, [2, 3, 4, -1, -1, -1], [-1, 2, 3, 4, 5, -1],
+                                                     [2, 3, 4, 5, 23, -1]]
+    assert chunk_repeats(tokens[:1], valid[:1]) is None
+    assert chunk_repeats(torch.tensor([[1, 2], [2, 1]]), None) is None

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Cache", "LanguageModel", "HistoryModel", "chunk_counts", "chunk_positions"]
+__all__ = ["Cache", "LanguageModel", "HistoryModel", "chunk_counts", "chunk_positions", "chunk_repeats"]
 
 
 _COUNT = torch.arange(1024)  # 0, 1, 2, ...: positions are slices of it (no tensor made per call)
@@ -48,6 +48,33 @@ def chunk_positions(cache: Cache, rows: int, size: int, valid: torch.Tensor | No
     held = torch.tensor(cache.held)[:, None]  # [B, 1]
     steps = torch.arange(1, size + 1) if valid is None else torch.cumsum(valid, 1)  # [B, S] or [S]
     return (held + steps - 1).clamp(min=0)
+
+
+def chunk_repeats(tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor | None:
+    """For a chunk ``tokens`` [B, S] (padding ``valid`` [B, S], None: none) appended to empty rows,
+    the positions that repeat an earlier row's: [B, S] int64, at the i-th valid slot of row b the
+    flat index b' S + s' of the i-th valid slot of an earlier row b' whose first i + 1 valid tokens
+    are row b's (the row b' < b sharing the longest opening; where that slot repeats one itself, its
+    source), else -1; None where no position repeats. Such a position has its source's token,
+    position (both the i-th) and keys before it, so the same keys, values and states at every layer:
+    a batch's prompts that open alike (a chat template's system prompt) need their opening once."""
+    rows, size = tokens.shape
+    slots = [torch.arange(size) if valid is None else valid[b].nonzero()[:, 0] for b in range(rows)]  # valid slots
+    opening = [tokens[b, slots[b]] for b in range(rows)]
+    repeats = torch.full((rows, size), -1, dtype=torch.int64)
+    for b in range(1, rows):
+        shared = []  # the opening row b shares with each earlier row
+        for c in range(b):
+            n = min(len(opening[b]), len(opening[c]))
+            differ = torch.nonzero(opening[b][:n] != opening[c][:n])
+            shared.append(int(differ[0]) if len(differ) else n)
+        source = max(range(b), key=shared.__getitem__)
+        n = shared[source]
+        if n:
+            flat = source * size + slots[source][:n]
+            earlier = repeats.view(-1)[flat]
+            repeats[b, slots[b][:n]] = torch.where(earlier >= 0, earlier, flat)
+    return repeats if bool((repeats >= 0).any()) else None
 
 
 class Cache:

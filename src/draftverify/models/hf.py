@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .base import Cache, LanguageModel
+from .base import Cache, LanguageModel, chunk_repeats
 from .ggml_blocks import BlockLinear
 from .gpt2 import GPT2Weights, is_lean_gpt2
 from .llama import LlamaWeights, is_lean_llama, layer_counts
@@ -193,17 +193,22 @@ class TransformersModel(LanguageModel):
             return self._run(cache, tokens, positions, additive(slot_mask(cache.valid, size), self.model.dtype)
                              if holes else None, num_logits)
         mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
-        return self._run(cache, tokens, positions, mask, num_logits)
+        return self._run(cache, tokens, positions, mask, num_logits, opening=cache.width == size)
 
-    def _run(self, cache: Cache, tokens, positions, mask, num_logits) -> torch.Tensor:
+    def _run(self, cache: Cache, tokens, positions, mask, num_logits, opening: bool = False) -> torch.Tensor:
+        """The forward over the chunk ``tokens`` the slot table ends with; ``opening``: the rows held
+        nothing before it, under the causal mask of their valid slots (where the compiled loop
+        computes a batch's repeated openings once: :func:`~.base.chunk_repeats`)."""
         with torch.inference_mode():
             if self._static:
                 kv = cache.backend
                 kv.reserve(tokens.shape[1])
                 # hidden states for a feature draft, where this cache keeps them
-                keep = {"keep": kv.write_features, "streams": self.feature_streams} if kv.hidden is not None else {}
+                extra = {"keep": kv.write_features, "streams": self.feature_streams} if kv.hidden is not None else {}
                 valid = cache.valid[:, -tokens.shape[1]:] if cache.holes else None  # the chunk's padding is skipped
-                logits = self._lean(kv, tokens, positions, mask, num_logits, valid=valid, **keep)
+                if opening and cache.batch_size > 1 and getattr(self._lean, "compiled", None) is not None:
+                    extra["repeats"] = chunk_repeats(tokens, valid)
+                logits = self._lean(kv, tokens, positions, mask, num_logits, valid=valid, **extra)
                 kv.advance(tokens.shape[1])
             elif self._lean is not None:
                 layers = cache.backend.layers

@@ -78,8 +78,9 @@ class LlamaWeights:
 
     def __call__(self, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                  num_logits: int, keep: Callable[[torch.Tensor], None] | None = None,
-                 valid: torch.Tensor | None = None, streams: tuple[int, ...] = ()) -> torch.Tensor:
-        return llama_forward(self, write, tokens, positions, mask, num_logits, keep, valid, streams)
+                 valid: torch.Tensor | None = None, streams: tuple[int, ...] = (),
+                 repeats: torch.Tensor | None = None) -> torch.Tensor:
+        return llama_forward(self, write, tokens, positions, mask, num_logits, keep, valid, streams, repeats)
 
 
 class RotaryTable:
@@ -189,9 +190,9 @@ def layer_counts(counts: Sequence[int], layers: int | None = None, name: str = "
 def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, positions: torch.Tensor,
                   mask: torch.Tensor | None, num_logits: int,
                   keep: Callable[[torch.Tensor], None] | None = None, valid: torch.Tensor | None = None,
-                  streams: tuple[int, ...] = ()) -> torch.Tensor:
+                  streams: tuple[int, ...] = (), repeats: torch.Tensor | None = None) -> torch.Tensor:
     """Logits [B, num_logits, V] after the last ``num_logits`` of ``tokens`` [B, S]; arguments as
-    :func:`~.gpt2.gpt2_forward`, ``valid`` as :func:`llama_layers`. ``keep``, if given, receives the
+    :func:`~.gpt2.gpt2_forward`, ``valid`` and ``repeats`` as :func:`llama_layers`. ``keep``, if given, receives the
     final hidden states (after the final norm, what the output layer reads) at all S positions,
     [B, S, E]: a feature draft's input (at padding, whatever the layers left there); followed by
     the residual streams after the first n decoder layers for each n of ``streams`` (increasing,
@@ -202,7 +203,7 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
     x, kept, start = weights.embedding[tokens], [], 0
     angles = rotary_angles(weights, x, positions)  # once for every run of layers
     for stop in (*streams, len(weights.layers)):
-        x = llama_layers(weights, write, x, positions, mask, valid, range(start, stop), angles)  # [B, S, E]
+        x = llama_layers(weights, write, x, positions, mask, valid, range(start, stop), angles, repeats)  # [B, S, E]
         kept.append(x)
         start = stop
     if keep is None:
@@ -221,7 +222,7 @@ def rotary_angles(weights: Any, x: torch.Tensor, positions: torch.Tensor) -> tup
 
 def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch.Tensor,
                  mask: torch.Tensor | None, valid: torch.Tensor | None = None, layers: range | None = None,
-                 angles: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                 angles: tuple[torch.Tensor, torch.Tensor] | None = None, repeats: torch.Tensor | None = None) -> torch.Tensor:
     """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
     ``head_dim``; those of ``layers``, default all) applied to the input states ``x`` [B, S, E]: the
     states after the last layer.
@@ -234,8 +235,11 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     ``valid`` [B, S] (bool; None: all), where the chunk's positions are padding (False) that no one
     reads (the mask hides them): the compiled loop skips their products and attention (a batch's
     left-padded prompts) and zeroes their cache slots, the Python loop computes them; the other
-    positions come out alike. ``angles``: :func:`rotary_angles` of these states and positions where
-    the caller has them (None: computed here)."""
+    positions come out alike. ``repeats`` [B, S] (int64; None: none), where a position repeats an
+    earlier one of the chunk (its flat index b S + s, else -1; :func:`~.base.chunk_repeats`): the
+    compiled loop copies that one's keys, values and states instead of computing them (a batch's
+    prompts that open alike), the Python loop computes them; both come out alike. ``angles``:
+    :func:`rotary_angles` of these states and positions where the caller has them (None: computed here)."""
     rows, size, width = x.shape
     cos, sin = rotary_angles(weights, x, positions) if angles is None else angles  # [B, 1, S, D] each
     grouped = weights.kv_heads != weights.heads
@@ -245,8 +249,9 @@ def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch
     if compiled is not None and isinstance(write, StaticKV):  # per layer two norms, four products, one cache
         norms, eps, *products = (items[2 * first: 2 * stop] if i < 2 else items[4 * first: 4 * stop]
                                  for i, items in enumerate(compiled))
-        return torch.ops.draftverify.llama_layers(x, cos, sin, mask, valid, write.keys[first:stop], write.values[first:stop],
-                                                  write.length, heads, kv_heads, head_dim, norms, eps, *products)
+        return torch.ops.draftverify.llama_layers(x, cos, sin, mask, valid, repeats, write.keys[first:stop],
+                                                  write.values[first:stop], write.length, heads, kv_heads, head_dim,
+                                                  norms, eps, *products)
     for index, (norm1, qkv, o_proj, norm2, gate_up, down) in enumerate(weights.layers[first:stop], first):
         h = F.rms_norm(x, (width,), norm1.weight, norm1.variance_epsilon).view(-1, width)  # [B S, E], as norm1(x)
         qk, v = qkv(h).split([(heads + kv_heads) * head_dim, kv_heads * head_dim], -1)

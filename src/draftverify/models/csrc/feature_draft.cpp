@@ -184,7 +184,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
                                               outputs[0]).view({rows, size, width});
     const int64_t first = position - start;  // this forward's angles
     const at::Tensor layers = draftverify::llama_layers(
-        x, cos.narrow(2, first, size), sin.narrow(2, first, size), masks.get(i), valids.get(i), keys,
+        x, cos.narrow(2, first, size), sin.narrow(2, first, size), masks.get(i), valids.get(i), std::nullopt, keys,
         values, position, heads, kv_heads, head_dim, norms.slice(0, final), eps.slice(0, final), kind.slice(1, 4 * n),
         weights.slice(1, 4 * n), layer_scales, layer_offsets, layer_biases, outputs.slice(1, 4 * n));
     const at::Tensor hidden = draftverify::rms_norm_rows(layers, norms[final], eps[final]);  // [B, S, E]

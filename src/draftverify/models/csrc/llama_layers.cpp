@@ -423,8 +423,9 @@ bool wide_registers() { return __builtin_cpu_supports("avx512f") && __builtin_cp
 namespace draftverify {
 
 at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask,
-                        const std::optional<at::Tensor>& valid, at::TensorList keys, at::TensorList values, int64_t start,
-                        int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms, c10::ArrayRef<double> eps, at::IntArrayRef kind,
+                        const std::optional<at::Tensor>& valid, const std::optional<at::Tensor>& repeats,
+                        at::TensorList keys, at::TensorList values, int64_t start, int64_t heads, int64_t kv_heads,
+                        int64_t head_dim, at::TensorList norms, c10::ArrayRef<double> eps, at::IntArrayRef kind,
                         at::TensorList weights,
                         const c10::List<std::optional<at::Tensor>>& scales,
                         const c10::List<std::optional<at::Tensor>>& offsets,
@@ -441,25 +442,49 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
   const at::Tensor c = cos.expand({rows, 1, size, D}).contiguous(), sn = sin.expand({rows, 1, size, D}).contiguous();
   TORCH_CHECK(head_dim % 8 == 0, "llama_layers: the head size must be a multiple of 8, got ", head_dim);
   const Mask seen(mask);
-  // The live positions (flat b S + s, in order): all of them, or those `valid` marks (False: a batch's
-  // padding, which the mask hides and no one reads). The layers run on the live rows only; the others
-  // leave as they came in, their keys and values zeros (a masked key's value still meets a weight of 0).
-  std::vector<int64_t> live, padding;
-  at::Tensor flat;
+  // The live positions (flat b S + s, in order): all of them, less those `valid` marks False (a batch's
+  // padding, which the mask hides and no one reads) and those that `repeats` an earlier live position
+  // (repeats[j] >= 0: the caller vouches that position j has that position's token, position and keys
+  // before it, so its state at every layer is the same: a batch's prompts that open alike). The layers
+  // run on the live rows only; padding leaves as it came in, its keys and values zeros (a masked key's
+  // value still meets a weight of 0); a repeated position gets its source's keys and values each layer
+  // and its source's state at the end.
+  std::vector<int64_t> live, padding, copied, sources;
+  at::Tensor flat, same;
   if (valid.has_value()) {
     TORCH_CHECK(valid->scalar_type() == at::kBool && valid->dim() == 2 && valid->size(0) == rows && valid->size(1) == size,
                 "llama_layers: valid must be boolean [B, S] like x's first two dimensions");
     flat = valid->reshape({n}).contiguous();
   }
+  if (repeats.has_value()) {
+    TORCH_CHECK(repeats->scalar_type() == at::kLong && repeats->dim() == 2 && repeats->size(0) == rows &&
+                    repeats->size(1) == size,
+                "llama_layers: repeats must be int64 [B, S] like x's first two dimensions");
+    same = repeats->reshape({n}).contiguous();
+  }
   const bool* marked = flat.defined() ? flat.data_ptr<bool>() : nullptr;
-  for (int64_t j = 0; j < n; ++j) (marked == nullptr || marked[j] ? live : padding).push_back(j);
+  const int64_t* source = same.defined() ? same.data_ptr<int64_t>() : nullptr;
+  std::vector<int64_t> row_of(n, -1);  // each live position's row of the live states
+  for (int64_t j = 0; j < n; ++j) {
+    if (marked != nullptr && !marked[j]) {
+      padding.push_back(j);
+    } else if (source != nullptr && source[j] >= 0) {
+      TORCH_CHECK(source[j] < j && row_of[source[j]] >= 0, "llama_layers: position ", j, " repeats ", source[j],
+                  ", which is not an earlier live position");
+      copied.push_back(j);
+      sources.push_back(source[j]);
+    } else {
+      row_of[j] = static_cast<int64_t>(live.size());
+      live.push_back(j);
+    }
+  }
   const int64_t m = static_cast<int64_t>(live.size());
   const Visible visible(seen, live, size, T);
   // three heads a tile where the CPU has the registers, unless the products keep to AVX2 (a CPU without AVX-512
   // as DRAFTVERIFY_KERNEL=panel-avx2 imitates it); the same bits either way
   const auto attend_all = !kind.empty() && kind[0] != kPanelAvx2 && wide_registers() ? attend<attend_avx512_units>
                                                                                        : attend<attend_avx2_units>;
-  const bool all = padding.empty();
+  const bool all = padding.empty() && copied.empty();
   const at::Tensor kept = all ? at::Tensor() : at::from_blob(live.data(), {m}, at::kLong);
   x = x.contiguous();
   // [m, E]: the live positions' residual stream, updated in place
@@ -497,6 +522,13 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
         std::copy_n(token + (H + H_kv + j) * D, D, v + b * vb + j * vh + (start + s) * vt);
       }
     }
+    for (std::size_t c = 0; c < copied.size(); ++c) {  // a repeated position's keys and values: its source's
+      const int64_t b = copied[c] / size, s = copied[c] % size, b0 = sources[c] / size, s0 = sources[c] % size;
+      for (int64_t g = 0; g < H_kv; ++g) {
+        std::copy_n(k + b0 * kb + g * kh + (start + s0) * kt, D, k + b * kb + g * kh + (start + s) * kt);
+        std::copy_n(v + b0 * vb + g * vh + (start + s0) * vt, D, v + b * vb + g * vh + (start + s) * vt);
+      }
+    }
     attend_all(q.data_ptr<float>(), live.data(), keys[i], values[i], size, H, H_kv, D, T, visible, attended.data_ptr<float>());
     add(product(4 * i + 1, attended));
     rms_norm(stream, m, width, norms[2 * i + 1].data_ptr<float>(), eps[2 * i + 1], h.data_ptr<float>());
@@ -510,7 +542,11 @@ at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& s
     add(product(4 * i + 3, act));
   }
   if (all) return y;
-  return at::index_copy(x.view({n, width}), 0, kept, y).view({rows, size, width});
+  at::Tensor out = at::index_copy(x.view({n, width}), 0, kept, y);
+  float* states = out.data_ptr<float>();
+  for (std::size_t c = 0; c < copied.size(); ++c)
+    std::copy_n(stream + row_of[sources[c]] * width, width, states + copied[c] * width);
+  return out.view({rows, size, width});
 }
 
 at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -528,7 +564,7 @@ at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double e
 
 TORCH_LIBRARY_FRAGMENT(draftverify, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &draftverify::rms_norm_rows);
-  m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor? valid, Tensor[] keys, Tensor[] values, int start, "
+  m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor? valid, Tensor? repeats, Tensor[] keys, Tensor[] values, int start, "
         "int heads, int kv_heads, int head_dim, Tensor[] norms, float[] eps, int[] kind, Tensor[] weights, "
         "Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs) -> Tensor",
         &draftverify::llama_layers);

@@ -16,9 +16,10 @@ at::Tensor product(int64_t kind, const at::Tensor& x, const at::Tensor& weights,
 
 // The decoder layers applied to x [B, S, E] over the static cache's buffers (llama_layers.cpp).
 at::Tensor llama_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& mask,
-                        const std::optional<at::Tensor>& valid, at::TensorList keys, at::TensorList values, int64_t start,
-                        int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms, c10::ArrayRef<double> eps,
-                        at::IntArrayRef kind, at::TensorList weights, const c10::List<std::optional<at::Tensor>>& scales,
+                        const std::optional<at::Tensor>& valid, const std::optional<at::Tensor>& repeats,
+                        at::TensorList keys, at::TensorList values, int64_t start, int64_t heads, int64_t kv_heads,
+                        int64_t head_dim, at::TensorList norms, c10::ArrayRef<double> eps, at::IntArrayRef kind,
+                        at::TensorList weights, const c10::List<std::optional<at::Tensor>>& scales,
                         const c10::List<std::optional<at::Tensor>>& offsets,
                         const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef outputs);
 
