@@ -564,8 +564,8 @@ at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double e
 
 TORCH_LIBRARY_FRAGMENT(draftverify, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &draftverify::rms_norm_rows);
-  m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor? valid, Tensor? repeats, Tensor[] keys, Tensor[] values, int start, "
-        "int heads, int kv_heads, int head_dim, Tensor[] norms, float[] eps, int[] kind, Tensor[] weights, "
-        "Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs) -> Tensor",
+  m.def("llama_layers(Tensor x, Tensor cos, Tensor sin, Tensor? mask, Tensor? valid, Tensor? repeats, Tensor[] keys, "
+        "Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, float[] eps, int[] kind, "
+        "Tensor[] weights, Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs) -> Tensor",
         &draftverify::llama_layers);
 }
