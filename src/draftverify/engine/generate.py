@@ -80,7 +80,10 @@ def generate_batch(
     ``draft_length`` is L, or ``"auto"`` / ``"heuristic"`` / a policy of :mod:`.draft_length` choosing
     each step's L per prompt from that prompt's past (see :class:`DecodeConfig`). ``temperature`` unset is 1 (0 for ``greedy``, which takes no other). ``tokenizer`` decodes the
     text (needed for ``stop``); ``eos_token_id`` defaults to the target's. The result of prompt i
-    is ``results[i]``; its ``seconds`` is the batch's.
+    is ``results[i]``; its ``seconds`` is the batch's. Prompts that open alike (a chat template's
+    system prompt; n samples of one prompt) have their common opening computed once where the
+    target runs the compiled Llama loop (:func:`~draftverify.models.base.chunk_repeats`), to the bit
+    what each would compute.
     """
     prompts = _prompts(prompts)
     _check_eos(target, eos_token_id)
