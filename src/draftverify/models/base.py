@@ -63,11 +63,8 @@ def chunk_repeats(tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Ten
     opening = [tokens[b, slots[b]] for b in range(rows)]
     repeats = torch.full((rows, size), -1, dtype=torch.int64)
     for b in range(1, rows):
-        shared = []  # the opening row b shares with each earlier row
-        for c in range(b):
-            n = min(len(opening[b]), len(opening[c]))
-            differ = torch.nonzero(opening[b][:n] != opening[c][:n])
-            shared.append(int(differ[0]) if len(differ) else n)
+        shared = [int(torch.cumprod(opening[b][: len(opening[c])] == opening[c][: len(opening[b])], 0).sum())
+                  for c in range(b)]  # the opening row b shares with each earlier row
         source = max(range(b), key=shared.__getitem__)
         n = shared[source]
         if n:

@@ -192,11 +192,12 @@ def llama_forward(weights: LlamaWeights, write: KVWrite, tokens: torch.Tensor, p
                   keep: Callable[[torch.Tensor], None] | None = None, valid: torch.Tensor | None = None,
                   streams: tuple[int, ...] = (), repeats: torch.Tensor | None = None) -> torch.Tensor:
     """Logits [B, num_logits, V] after the last ``num_logits`` of ``tokens`` [B, S]; arguments as
-    :func:`~.gpt2.gpt2_forward`, ``valid`` and ``repeats`` as :func:`llama_layers`. ``keep``, if given, receives the
-    final hidden states (after the final norm, what the output layer reads) at all S positions,
-    [B, S, E]: a feature draft's input (at padding, whatever the layers left there); followed by
-    the residual streams after the first n decoder layers for each n of ``streams`` (increasing,
-    0 < n < the layers), [B, S, (1 + len(streams)) E]: a fused feature draft's input (EAGLE-3)."""
+    :func:`~.gpt2.gpt2_forward`, ``valid`` and ``repeats`` as :func:`llama_layers`. ``keep``, if
+    given, receives the final hidden states (after the final norm, what the output layer reads) at
+    all S positions, [B, S, E]: a feature draft's input (at padding, whatever the layers left
+    there); followed by the residual streams after the first n decoder layers for each n of
+    ``streams`` (increasing, 0 < n < the layers), [B, S, (1 + len(streams)) E]: a fused feature
+    draft's input (EAGLE-3)."""
     streams = layer_counts(streams, len(weights.layers))
     if streams and keep is None:
         raise ValueError("streams: kept with the final hidden states only; give keep")
@@ -222,7 +223,8 @@ def rotary_angles(weights: Any, x: torch.Tensor, positions: torch.Tensor) -> tup
 
 def llama_layers(weights: Any, write: KVWrite, x: torch.Tensor, positions: torch.Tensor,
                  mask: torch.Tensor | None, valid: torch.Tensor | None = None, layers: range | None = None,
-                 angles: tuple[torch.Tensor, torch.Tensor] | None = None, repeats: torch.Tensor | None = None) -> torch.Tensor:
+                 angles: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 repeats: torch.Tensor | None = None) -> torch.Tensor:
     """The decoder layers of ``weights`` (its ``layers``, ``rotary``, ``heads``, ``kv_heads``,
     ``head_dim``; those of ``layers``, default all) applied to the input states ``x`` [B, S, E]: the
     states after the last layer.
