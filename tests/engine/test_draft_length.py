@@ -76,7 +76,7 @@ def test_auto_chooses_the_target_alone_where_drafting_cannot_pay_and_probes_agai
 def test_auto_measures_one_ar_step_then_uses_its_mean():
     """With measured costs L = 0 is not predicted from the lines of L >= 1: once a drafting step
     was measured, one ar step is taken to measure it, and t_step(0) is then the mean of those, with
-    the draft's catch-up after them (a draft phase that read more than 2 tokens) charged to them
+    the draft's catch-up after them (the draft phase of the step after them) charged to them
     and left out of the draft's line; the rest of every step, ar steps included, makes the rest's."""
     times = iter([0.0, 3.0, 4.0, 5.0, 6.5, 10.4])
     policy = AutoDraftLength(0, 4, clock=lambda: next(times))
@@ -89,7 +89,7 @@ def test_auto_measures_one_ar_step_then_uses_its_mean():
     state = policy.update(state, 0, 0, StepSeconds(0.0, 0, 1.5))  # and 1.5 s
     assert policy.step_seconds(state)[0] == pytest.approx(3.5 / 3) and state.tested == (2.0,) * 4  # ar tests nothing
     assert policy.choose(state) == 4  # 3.36 tokens expected in 3 s beat 1 token in 1.17 s
-    caught_up = policy.update(state, 4, 4, StepSeconds(1.9, 4, 2.0, draft_read=4))  # 3.9 s: 0.9 over the 3.0 predicted
+    caught_up = policy.update(state, 4, 4, StepSeconds(1.9, 4, 2.0))  # after ar steps, 3.9 s: 0.9 over the 3.0 predicted
     assert caught_up.drafted == state.drafted and caught_up.measured[4] == 2 and caught_up.undrafted == 0
     assert policy.step_seconds(caught_up)[0] == pytest.approx((3.5 + 0.9) / 3)  # the 0.9 s the draft caught up on
     # the rest's line through the ar steps (1.17 s at L = 0) and the two at L = 4 (2 s each); the draft's 1 s
@@ -136,11 +136,13 @@ def test_config_reads_the_policy_names():
 
 @pytest.mark.parametrize("method,num_drafts", [("sd", None), ("bv", None), ("gbv", None), ("kseq", 2)])
 def test_engine_law_with_a_length_per_prompt(pair, method, num_drafts):
-    """Many rows of one batch, each choosing its own L: ragged drafts through the batched kernels
-    (sd, bv) and through the per-row verifier (gbv, whose state sets a floor on L; kseq)."""
+    """Many rows of one batch, each choosing its own L (the heuristic): ragged drafts through the
+    batched kernels (sd, bv) and through the per-row verifier (gbv, whose state sets a floor on L; kseq)."""
     samples = 1200 if method in ("kseq", "gbv") else SAMPLES
-    results = generate_batch(*toy_models(pair), [[1]] * samples, method,
-                             num_drafts=num_drafts, draft_length=given_costs(), max_new_tokens=NUM_TOKENS, seed=4)
+    results = generate_batch(*toy_models(pair), [[1]] * samples, method, num_drafts=num_drafts,
+                             draft_length=HeuristicDraftLength(1, 3, 2), max_new_tokens=NUM_TOKENS, seed=4)
+    assert any(len({s.draft_length for s in r.steps[1:2]} | {t.draft_length for t in results[0].steps[1:2]}) > 1
+               for r in results)  # rows of one step verify different L
     assert {s.draft_length for r in results for s in r.steps} == {1, 2, 3}
     law = conditional_law(pair.target, [1], NUM_TOKENS)
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
@@ -179,18 +181,42 @@ def test_caches_hold_with_ragged_lengths_and_seeded_runs_repeat(pair):
     assert len(measured.tokens) == 40 and all(0 <= s.draft_length <= 8 for s in measured.steps)
 
 
-def test_a_batch_takes_an_ar_step_only_when_every_prompt_chose_it(pair):
-    """Rows whose policies disagree (one always accepting, one never): the step drafts, and a row
-    that chose L = 0 verifies one token; caches hold through ar steps and drafting steps."""
+def test_auto_gives_a_batch_the_length_that_maximises_its_expected_tokens_per_second():
+    """Rows share each step's call: given a draft forward at 0.7 of a target call of any length,
+    a row the draft always matches would draft 3 alone (4 tokens in 3.1 calls against 1 in 1) and a
+    row it never matches take ar steps; together, 2 + L tokens in 1 + 0.7 L calls, the batch takes
+    ar steps, and three rows matched always against one never draft 3 (13 tokens in 3.1 calls)."""
+    policy = AutoDraftLength(0, 3, prior_weight=1e-9, draft_cost=0.7, target_costs=(1.0,) * 4)
+    matched, missed = policy.initial(), policy.initial()
+    for _ in range(50):
+        matched, missed = policy.update(matched, 3, 3, None), policy.update(missed, 3, 0, None)
+    assert policy.choose(matched) == 3 and policy.choose(missed) == 0
+    assert policy.choose_rows([matched, missed]) == [0, 0]
+    assert policy.choose_rows([matched, matched, matched, missed]) == [3] * 4
+    assert HeuristicDraftLength(1, 6, 4).choose_rows([2, 6, 1]) == [2, 6, 1]  # the heuristic's rows choose alone
+
+
+def test_auto_measures_a_step_at_the_length_its_call_scored():
+    """A row that verified fewer tokens than the batch drafted: its acceptance counts its own
+    positions, the step's seconds go under the batch's L (``StepSeconds.draft_calls``)."""
+    times = iter([0.0, 3.0])
+    policy = AutoDraftLength(0, 4, clock=lambda: next(times))
+    state = policy.update(policy.initial(), 4, 4, StepSeconds(1.0, 4, 1.0))  # prefill: starts the clock
+    state = policy.update(state, 1, 1, StepSeconds(1.0, 4, 2.0))  # the row verified 1 of the batch's 4
+    assert state.tested == (2.0, 1.0, 1.0, 1.0) and state.accepted == (2.0, 1.0, 1.0, 1.0)  # position 1 only
+    assert state.measured == (0, 0, 0, 0, 1) and state.drafted == (0, 0, 0, 0, 1)
+
+
+def test_a_batch_with_auto_takes_one_length_for_every_prompt(pair):
+    """The batch's choice from every row's past: ar steps and drafting steps, all rows alike, caches
+    holding through both."""
     prompts = [[1], [2, 0], [0, 0, 1, 2]]
     decoder = Decoder(*toy_models(pair), prompts, DecodeConfig("sd", draft_length=sometimes_ar(), max_new_tokens=16, seed=3))
     lengths = []
     while not decoder.done:
-        rows = len(decoder.active)
-        chosen = [decoder.config.length_policy.choose(decoder.length_states[p]) for p in decoder.active]
+        chosen = decoder.config.length_policy.choose_rows([decoder.length_states[p] for p in decoder.active])
         steps = decoder.step()
         decoder.check_caches()
-        taken = [s.stats.draft_length for s in steps]
-        assert taken == ([0] * rows if not any(chosen) else [max(n, 1) for n in chosen])
-        lengths += taken
+        assert [s.stats.draft_length for s in steps] == chosen and len(set(chosen)) == 1
+        lengths += chosen
     assert 0 in lengths and max(lengths) >= 1

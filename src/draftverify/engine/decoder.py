@@ -108,7 +108,7 @@ class Decoder:
         reads = config.speculative and draft.reads_target  # only a feature draft's decoding keeps the target's states
         self.target_cache = target.new_cache(len(prompts), features=reads)
         self.draft_cache = draft.new_cache(len(prompts), self.target_cache) if config.speculative else None
-        policy = config.length_policy if config.speculative else None  # each prompt's L from its own past
+        policy = config.length_policy if config.speculative else None  # each prompt's state: its own past
         self.length_states = [policy.initial() for _ in prompts] if policy is not None else None
 
     @property
@@ -143,15 +143,17 @@ class Decoder:
 
     def row_lengths(self, length: int) -> list[int]:
         """Each active prompt's L this step: ``length`` (the step's L, see :meth:`draft_length`), or
-        with a draft-length policy its choice from that prompt's past, at least a gbv state's pending
+        with a draft-length policy its choice from the batch's past (``choose_rows``: ``auto`` one L
+        for the batch, ``heuristic`` each prompt's own), at least a gbv state's pending
         modification and at most ``length``. L = 0 (an ``ar`` step) holds only when every prompt
-        chose it: where another prompt drafts, the batch's draft forwards run and its target call
-        scores L + 1 positions of every row anyway, so a prompt that chose 0 verifies one token."""
+        has it: where another prompt drafts, the batch's draft forwards run and its target call
+        scores L + 1 positions of every row anyway, so a prompt given 0 verifies one token."""
         policy = self.config.length_policy
         if policy is None:
             return [length] * len(self.active)
-        lengths = [min(length, max(policy.choose(self.length_states[p]), ModificationStack.min_draft_length(self.states[p])))
-                   for p in self.active]
+        chosen = policy.choose_rows([self.length_states[p] for p in self.active])
+        lengths = [min(length, max(n, ModificationStack.min_draft_length(self.states[p])))
+                   for n, p in zip(chosen, self.active)]
         return [max(n, 1) for n in lengths] if any(lengths) else lengths
 
     def observe(self, lengths: list[int], accepted: list[int], seconds: StepSeconds) -> None:

@@ -75,7 +75,7 @@ def speculative_step(dec: Decoder, length: int) -> list[RowStep]:
     for p, result in zip(dec.active, results):
         dec.states[p] = result.state
     verify_done = time.perf_counter()
-    seconds = StepSeconds(draft_done - start, length, verify_done - draft_done, chunk.shape[1])  # chunk: what the draft read first
+    seconds = StepSeconds(draft_done - start, length, verify_done - draft_done)
     dec.observe(lengths, [res.num_accepted for res in results], seconds)
 
     # 4. commit: the target keeps the chosen draft's accepted prefix, the draft cache its row
