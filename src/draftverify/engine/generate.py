@@ -78,7 +78,11 @@ def generate_batch(
     ``method`` is ``"ar"`` or a registered verifier (see ``draftverify.verifiers()``) in the method
     grammar (``"bv"``, ``"ot(solver=gr,tol=1e-4)"``, ``"kseq(K=4)"``), with more of its ``options``.
     ``draft_length`` is L, or ``"auto"`` / ``"heuristic"`` / a policy of :mod:`.draft_length` choosing
-    each step's L per prompt from that prompt's past (see :class:`DecodeConfig`). ``temperature`` unset is 1 (0 for ``greedy``, which takes no other). ``tokenizer`` decodes the
+    each step's L from the past (see :class:`DecodeConfig`): ``"auto"`` one L for the batch, the one
+    its rows' acceptance and the batch's step costs favour, ``ar`` steps where drafting does not pay
+    (a batch's call of L + 1 tokens a row is bound by arithmetic sooner than one prompt's: on this
+    project's CPU, eight prompts of the default pair decode fastest without drafting), the
+    heuristic each prompt's own. ``temperature`` unset is 1 (0 for ``greedy``, which takes no other). ``tokenizer`` decodes the
     text (needed for ``stop``); ``eos_token_id`` defaults to the target's. The result of prompt i
     is ``results[i]``; its ``seconds`` is the batch's. Prompts that open alike (a chat template's
     system prompt; n samples of one prompt) have their common opening computed once where the
