@@ -63,6 +63,7 @@ def test_the_draft_length_is_auto_unless_given(folders, capsys, extra, shown, le
         (["--draft", "WIDE"], "vocabulary"),
         (["--draft", "MISSING"], "no such model folder"),
         (["--prompt-override", ""], "empty"),
+        (["--samples", "0"], "--samples"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(folders, capsys, extra, message):
@@ -97,6 +98,18 @@ def test_stop_strings_and_a_tokenizer_folder_of_its_own(folders, tmp_path, capsy
     char_tokenizer().save_pretrained(tmp_path / "tokenizer")
     assert main([*common, "--target", str(folders / "draft"), "--tokenizer", str(tmp_path / "tokenizer")]) == 0
     assert capsys.readouterr().out.startswith("def f(x):")
+
+
+def test_samples_decode_as_one_batch_and_print_one_after_another(folders, capsys):
+    common = ["generate", "def f(x):", "--max-new-tokens", "10", "--target", str(folders / "target"),
+              "--draft", str(folders / "draft"), "--seed", "3"]
+    assert main([*common, "--samples", "3", "--compare-ar"]) == 0
+    out = capsys.readouterr().out
+    texts = [part.partition("\n")[2].rstrip("\n") for part in out.rpartition("\n\n-- ")[0].split("# --- sample ")[1:]]
+    footer = out.strip().splitlines()[-1]
+    assert len(texts) == 3 and len(set(texts)) > 1 and " tokens in 3 samples |" in footer and "speedup" in footer
+    assert main([*common, "--samples", "1"]) == 0  # one sample streams, as without the option
+    assert "# --- sample" not in capsys.readouterr().out
 
 
 def test_help_never_promises_hub_ids(capsys):

@@ -1,4 +1,5 @@
-"""`draftverify generate "prompt"`: stream a completion, then a footer with acceptance and speed."""
+"""`draftverify generate "prompt"`: stream a completion (or decode n samples of the prompt as one
+batch), then a footer with acceptance and speed."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def generate(
     chat: Annotated[bool | None, typer.Option("--chat/--no-chat", help="Send the prompt as a user message in the "
                                               "tokenizer's chat template.", show_default="on when the tokenizer has one")] = None,
     quantize: Quantize = None,
+    samples: Annotated[int, typer.Option(min=1, help="Independent samples of the prompt, decoded as one batch "
+                                         "(the prompt's forward computed once) and printed when all are done.")] = 1,
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also time plain target sampling and "
                                              "report the speedup.")] = False,
 ) -> int:
@@ -59,7 +62,7 @@ def generate(
                          "give it once")
     quiet_transformers()
     from ..engine import AR, DecodeConfig, Decoder, GenerationResult
-    from ..engine.generate import generate as generate_with
+    from ..engine.generate import generate as generate_with, generate_batch
     from ..models.chat import encode_prompt, has_chat_template
     from ..models.pair import load_pair
 
@@ -74,7 +77,7 @@ def generate(
         raise ValueError("the prompt encodes to no tokens")
     draft_model = pair.draft if config.speculative else None
     # validates the prompt, the vocabularies, the stop strings and the context up front
-    decoder = Decoder(pair.target, draft_model, [prompt_ids], config, tokenizer=pair.tokenizer)
+    decoder = Decoder(pair.target, draft_model, [prompt_ids] * samples, config, tokenizer=pair.tokenizer)
     # warm-up of both models (one-time allocations and weight packing), not timed: tokens/s counts decoding only
     generate_with(pair.target, draft_model, prompt_ids, "sd" if draft_model else AR, max_new_tokens=2,
                   **({"draft_length": 2} if draft_model else {}))
@@ -84,27 +87,32 @@ def generate(
     start, shown, steps = time.perf_counter(), "", []
     while not decoder.done:
         steps.extend(row.stats for row in decoder.step())
-        text = pair.tokenizer.decode(decoder.generated(0), skip_special_tokens=True)
-        sys.stdout.write(text[len(shown):])
-        sys.stdout.flush()
-        shown = text
+        if samples == 1:  # one sample streams as it is decoded
+            text = pair.tokenizer.decode(decoder.generated(0), skip_special_tokens=True)
+            sys.stdout.write(text[len(shown):])
+            sys.stdout.flush()
+            shown = text
     seconds = time.perf_counter() - start
-    num_tokens = len(decoder.generated(0))
-    target_calls = sum(s.target_calls for s in steps)
-    footer = [f"method {config.name}", f"{num_tokens} tokens", f"{num_tokens / seconds:.1f} tokens/s",
-              f"{num_tokens / max(target_calls, 1):.2f} tokens/target call"]
+    if samples > 1:
+        for i in range(samples):
+            sys.stdout.write(f"# --- sample {i + 1} ---\n{pair.tokenizer.decode(decoder.generated(i), skip_special_tokens=True)}\n")
+    num_tokens = sum(len(decoder.generated(i)) for i in range(samples))
+    target_calls = sum(s.target_calls for s in steps)  # each sample's calls: the tokens a sample gets a call
+    footer = [f"method {config.name}", f"{num_tokens} tokens" + (f" in {samples} samples" if samples > 1 else ""),
+              f"{num_tokens / seconds:.1f} tokens/s", f"{num_tokens / max(target_calls, 1):.2f} tokens/target call"]
     if config.speculative:
         result = GenerationResult(prompt_ids, decoder.generated(0), None, "length", config.name, config.drafts,
-                                  config.length, steps, seconds)
+                                  config.length, steps, seconds)  # the acceptance pooled over the samples' steps
         lengths = [s.draft_length for s in steps if s.draft_length is not None]
         length = f"L={config.length}" if config.length_policy is None else f"L={draft_length} {min(lengths)}..{max(lengths)}"
         drafted = result.position_acceptance[:max(lengths, default=config.length)]  # positions drafted (gated: up to L)
         footer.insert(1, f"acceptance {result.acceptance_rate or 0.0:.2f} (K={config.drafts}, {length}; per position "
                          f"{' '.join(f'{a:.2f}' for a in drafted)})")
     if compare_ar:
-        ar = generate_with(pair.target, None, prompt_ids, AR, tokenizer=pair.tokenizer, temperature=config.temperature,
-                           **settings)
-        footer.append(f"ar {ar.tokens_per_second:.1f} tokens/s -> speedup {num_tokens / seconds / ar.tokens_per_second:.2f}x")
+        ar = generate_batch(pair.target, None, [prompt_ids] * samples, AR, tokenizer=pair.tokenizer,
+                            temperature=config.temperature, **settings)
+        ar_speed = sum(len(r.tokens) for r in ar) / ar[0].seconds  # a result's seconds are its batch's
+        footer.append(f"ar {ar_speed:.1f} tokens/s -> speedup {num_tokens / seconds / ar_speed:.2f}x")
     print("\n\n-- " + " | ".join(footer))
     return 0
 
