@@ -41,6 +41,8 @@ FAST = [
       "validate=true", "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9", "--max-new-tokens", "4",
       "--stop", "e", "--seed", "1", "--target", "{toy}/target", "--draft", "{toy}/draft", "--compare-ar"], 0),
     (["generate", "def f(x):", "--chat", "--target", "{toy}/target", "--draft", "{toy}/draft"], 2),  # no template
+    (["generate", "def f(x):", "--samples", "2", "--max-new-tokens", "4", "--target", "{toy}/target", "--draft",
+      "{toy}/draft"], 0),
     (["generate", "def f(x):", "--method", "sd", "--draft-length", "auto", "--min-draft-length", "1",
       "--max-draft-length", "3", "--max-new-tokens", "6", "--target", "{toy}/target", "--draft", "{toy}/draft",
       "--quantize", "int8"], 0),

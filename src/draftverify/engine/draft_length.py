@@ -209,7 +209,10 @@ class AutoDraftLength:
         joins), so the first row's costs are the batch's. One row: the L that maximises its own
         E(L) / t_step(L). (Each row choosing for itself, a batch drafted where any one row's
         estimate favoured it: on eight prompts of the real pair, every fixed L >= 1 ran below
-        ``ar``'s tokens/s.)"""
+        ``ar``'s tokens/s.) The costs are means over the decoding's steps whatever the rows then:
+        where prompts finish at different times, the last ones decode with the costs of the fuller
+        batch (``ar`` steps where eight rows chose them, though one row alone would draft) until
+        the probes' measurements move the lines."""
         seconds = self.step_seconds(states[0])
         if seconds is None:  # nothing measured yet: a middle length, to measure from
             return [min(max(4, self.min_length), self.max_length)] * len(states)
