@@ -95,9 +95,10 @@ def generate(
     seconds = time.perf_counter() - start
     if samples > 1:
         for i in range(samples):
-            sys.stdout.write(f"# --- sample {i + 1} ---\n{pair.tokenizer.decode(decoder.generated(i), skip_special_tokens=True)}\n")
+            text = pair.tokenizer.decode(decoder.generated(i), skip_special_tokens=True)
+            sys.stdout.write(f"# --- sample {i + 1} ---\n{text}\n")
     num_tokens = sum(len(decoder.generated(i)) for i in range(samples))
-    target_calls = sum(s.target_calls for s in steps)  # each sample's calls: the tokens a sample gets a call
+    target_calls = sum(s.target_calls for s in steps)  # every sample's steps: tokens per call are a sample's
     footer = [f"method {config.name}", f"{num_tokens} tokens" + (f" in {samples} samples" if samples > 1 else ""),
               f"{num_tokens / seconds:.1f} tokens/s", f"{num_tokens / max(target_calls, 1):.2f} tokens/target call"]
     if config.speculative:

@@ -43,8 +43,8 @@ def ar_step(dec: Decoder, draft_length: int | None = None) -> list[RowStep]:
 
 def speculative_step(dec: Decoder, length: int) -> list[RowStep]:
     """One step of K drafts of ``length`` = L tokens for every active prompt (R of them); with a
-    draft-length policy prompt r verifies its own L_r <= L, chosen from its past, and when every
-    prompt chose L_r = 0 the step is the target's alone."""
+    draft-length policy prompt r verifies its own L_r <= L, chosen from the past (``auto``: one L
+    for the batch), and when every prompt has L_r = 0 the step is the target's alone."""
     k, rows = dec.config.drafts, len(dec.active)
     lengths = dec.row_lengths(length)  # [R]
     length = max(lengths)  # every row drafts L = max L_r
