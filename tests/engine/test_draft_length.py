@@ -141,8 +141,7 @@ def test_engine_law_with_a_length_per_prompt(pair, method, num_drafts):
     samples = 1200 if method in ("kseq", "gbv") else SAMPLES
     results = generate_batch(*toy_models(pair), [[1]] * samples, method, num_drafts=num_drafts,
                              draft_length=HeuristicDraftLength(1, 3, 2), max_new_tokens=NUM_TOKENS, seed=4)
-    assert any(len({s.draft_length for s in r.steps[1:2]} | {t.draft_length for t in results[0].steps[1:2]}) > 1
-               for r in results)  # rows of one step verify different L
+    assert any(len({r.steps[i].draft_length for r in results if len(r.steps) > i}) > 1 for i in (1, 2))  # ragged steps
     assert {s.draft_length for r in results for s in r.steps} == {1, 2, 3}
     law = conditional_law(pair.target, [1], NUM_TOKENS)
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
@@ -160,9 +159,25 @@ def test_engine_law_with_steps_of_the_target_alone(pair, method, num_drafts):
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
 
 
-def test_the_peeking_twin_fails_in_the_engine(pair):
+@pytest.mark.parametrize("method", ["sd", "gbv"])
+@pytest.mark.parametrize("policy,lengths", [(given_costs, {1, 2}), (sometimes_ar, {0, 1})], ids=["auto", "auto-with-ar-steps"])
+def test_engine_law_with_one_length_for_a_batch(pair, method, policy, lengths):
+    """Many rows of one batch given one L from all their pasts (auto): each row's law is still the
+    target's, its L depending on the past only (the other rows' too)."""
+    results = generate_batch(*toy_models(pair), [[1]] * (1200 if method == "gbv" else SAMPLES), method,
+                             draft_length=policy(), max_new_tokens=NUM_TOKENS, seed=5)
+    assert {s.draft_length for r in results for s in r.steps} >= lengths
+    law = conditional_law(pair.target, [1], NUM_TOKENS)
+    assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
+
+
+@pytest.mark.parametrize("length", [lambda: 2, lambda: dataclasses.replace(given_costs(), min_length=2)],
+                         ids=["fixed", "auto-for-the-batch"])
+def test_the_peeking_twin_fails_in_the_engine(pair, length):
+    """The twin of the law tests above: their batches see a verifier that picks its L from the
+    draft it verifies (biased from L = 2), at a fixed L and under auto's one L for the batch."""
     results = generate_batch(*toy_models(pair), [[1]] * SAMPLES, PeekingLength(),
-                             draft_length=2, max_new_tokens=NUM_TOKENS, seed=4)
+                             draft_length=length(), max_new_tokens=NUM_TOKENS, seed=4)
     law = conditional_law(pair.target, [1], NUM_TOKENS)
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] < THRESHOLD
 
