@@ -222,6 +222,45 @@ def test_auto_measures_a_step_at_the_length_its_call_scored():
     assert state.measured == (0, 0, 0, 0, 1) and state.drafted == (0, 0, 0, 0, 1)
 
 
+@dataclasses.dataclass(frozen=True)
+class OwnLengths:
+    """A policy whose rows choose apart, L = 0 among their choices (neither auto, one L for the
+    batch, nor the heuristic, L >= 1, does both): 2 after an odd count of steps and accepted
+    tokens, else 0."""
+
+    min_length: int = 0
+    max_length: int = 2
+
+    def initial(self) -> int:
+        return 0
+
+    def choose(self, state: int) -> int:
+        return 2 * (state % 2)
+
+    def choose_rows(self, states: list[int]) -> list[int]:
+        return [self.choose(state) for state in states]
+
+    def update(self, state: int, draft_length: int, accepted: int, seconds: StepSeconds | None) -> int:
+        return state + 1 + accepted
+
+
+def test_a_batch_takes_an_ar_step_only_when_every_prompt_chose_it(pair):
+    """Rows whose choices disagree: the step drafts, and a row that chose L = 0 verifies one token;
+    caches hold through ar steps and drafting steps."""
+    prompts = [[1], [2, 0], [0, 0, 1, 2]]
+    decoder = Decoder(*toy_models(pair), prompts, DecodeConfig("sd", draft_length=OwnLengths(), max_new_tokens=16, seed=3))
+    lengths = []
+    while not decoder.done:
+        rows = len(decoder.active)
+        chosen = decoder.config.length_policy.choose_rows([decoder.length_states[p] for p in decoder.active])
+        steps = decoder.step()
+        decoder.check_caches()
+        taken = [s.stats.draft_length for s in steps]
+        assert taken == ([0] * rows if not any(chosen) else [max(n, 1) for n in chosen])
+        lengths.append(taken)
+    assert [0] * len(prompts) in lengths and any(0 < min(taken) < max(taken) for taken in lengths)
+
+
 def test_a_batch_with_auto_takes_one_length_for_every_prompt(pair):
     """The batch's choice from every row's past: ar steps and drafting steps, all rows alike, caches
     holding through both."""
