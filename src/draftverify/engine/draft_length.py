@@ -239,16 +239,16 @@ class AutoDraftLength:
         if state.clock is None:  # the first step holds the prefill: its end starts the clock
             return replace(new, clock=now)
         # from the last update to this one: the last step's commit, then this step's draft, target and verifier
-        length, catch_up = step, state.catch_up
+        catch_up = state.catch_up
         measured, rest_seconds = list(state.measured), list(state.rest_seconds)
         drafted, draft_seconds = list(state.drafted), list(state.draft_seconds)
-        measured[length] += 1
-        rest_seconds[length] += now - state.clock - seconds.draft_seconds
-        if length and not state.undrafted:
-            drafted[length] += 1
-            draft_seconds[length] += seconds.draft_seconds
-        elif length and any(state.drafted):  # the catch-up after ar steps: its excess is theirs
-            catch_up += seconds.draft_seconds - _line(state.drafted, state.draft_seconds, through_zero=True)[length]
+        measured[step] += 1
+        rest_seconds[step] += now - state.clock - seconds.draft_seconds
+        if step and not state.undrafted:
+            drafted[step] += 1
+            draft_seconds[step] += seconds.draft_seconds
+        elif step and any(state.drafted):  # the catch-up after ar steps: its excess is theirs
+            catch_up += seconds.draft_seconds - _line(state.drafted, state.draft_seconds, through_zero=True)[step]
         return replace(new, measured=tuple(measured), rest_seconds=tuple(rest_seconds), drafted=tuple(drafted),
                        draft_seconds=tuple(draft_seconds), catch_up=catch_up, clock=now)
 
