@@ -110,3 +110,25 @@ def test_chunk_repeats_points_each_shared_opening_at_its_first_computed_slot():
                                                      [2, 3, 4, 5, 23, -1]]
     assert chunk_repeats(tokens[:1], valid[:1]) is None
     assert chunk_repeats(torch.tensor([[1, 2], [2, 1]]), None) is None
+
+
+@pytest.mark.parametrize("padding", ["none", "left", "scattered"])
+def test_chunk_repeats_is_its_definition_on_random_batches(padding):
+    """At the i-th valid slot of row b: the i-th valid slot of the first earlier row whose first i + 1
+    valid tokens are row b's, else -1 (written out by comparing every pair of rows)."""
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        rows, size = (int(n) for n in torch.randint(1, 8, (2,), generator=generator))
+        tokens = torch.randint(0, 3, (rows, size), generator=generator)
+        valid = {"none": None, "scattered": torch.rand(rows, size, generator=generator) < 0.7,
+                 "left": torch.arange(size) >= torch.randint(0, size, (rows, 1), generator=generator)}[padding]
+        slots = [[s for s in range(size) if valid is None or valid[b, s]] for b in range(rows)]
+        opening = [[int(tokens[b, s]) for s in slots[b]] for b in range(rows)]
+        expected = [[-1] * size for _ in range(rows)]
+        for b in range(rows):
+            for i, s in enumerate(slots[b]):
+                first = next(c for c in range(b + 1) if opening[c][: i + 1] == opening[b][: i + 1])
+                expected[b][s] = first * size + slots[first][i] if first < b else -1
+        found = chunk_repeats(tokens, valid)
+        assert (found.tolist() if found is not None else [[-1] * size for _ in range(rows)]) == expected
+        assert (found is None) == all(v == -1 for row in expected for v in row)
