@@ -211,6 +211,15 @@ def test_auto_gives_a_batch_the_length_that_maximises_its_expected_tokens_per_se
     assert HeuristicDraftLength(1, 6, 4).choose_rows([2, 6, 1]) == [2, 6, 1]  # the heuristic's rows choose alone
 
 
+def test_auto_measures_one_prompt_from_four_and_a_batch_from_one():
+    """Before any step is measured: one prompt drafts L = 4, a batch L = 1 (its call scores L + 1
+    tokens of every row: the cheapest drafting step), both within the bounds."""
+    policy, start = AutoDraftLength(0, 8), AutoDraftLength(0, 8).initial()
+    assert policy.choose_rows([start]) == [4] and policy.choose(start) == 4
+    assert policy.choose_rows([start] * 2) == [1, 1] and policy.choose_rows([start] * 16) == [1] * 16
+    assert AutoDraftLength(2, 8).choose_rows([start] * 3) == [2] * 3 and AutoDraftLength(0, 3).choose(start) == 3
+
+
 def test_auto_measures_a_step_at_the_length_its_call_scored():
     """A row that verified fewer tokens than the batch drafted: its acceptance counts its own
     positions, the step's seconds go under the batch's L (``StepSeconds.draft_calls``)."""
