@@ -155,7 +155,10 @@ def test_packing_puts_width_columns_per_panel_and_zero_pads_the_last():
     torch.testing.assert_close(panels[0], weight[:, :32])
     torch.testing.assert_close(panels[1, :, :8], weight[:, 32:])
     assert panels[1, :, 8:].eq(0).all()
-    assert pack(weight, 16).shape == (3, 3, 16)
+    assert pack(weight, 16).shape == (3, 3, 16) and torch.equal(pack(weight, 8)[4], weight[:, 32:])  # no padding
+    linear = torch.randn(40, 3)  # an nn.Linear's [out, in]: its transpose is not contiguous
+    assert torch.equal(pack(linear.t(), 32), pack(linear.t().contiguous(), 32))
+    assert pack(weight.to(torch.int8), 32).dtype == torch.int8
     for weight_, width in ((torch.ones(3), 16), (weight, 0)):
         with pytest.raises(ValueError, match="width"):
             pack(weight_, width)
