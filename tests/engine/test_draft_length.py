@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from draftverify.engine import DecodeConfig, Decoder, generate, generate_batch
-from draftverify.engine.draft_length import AutoDraftLength, HeuristicDraftLength, StepSeconds, draft_length_policy
+from draftverify.engine.draft_length import (MAX_BACKOFF, AutoDraftLength, HeuristicDraftLength, StepSeconds,
+                                             draft_length_policy)
 from draftverify.testing import goodness_of_fit, random_pair
 from tests.factories import toy_models
 from tests.engine.test_engine_exactness import NUM_TOKENS, THRESHOLD, conditional_law, sequence_counts
@@ -94,6 +95,28 @@ def test_auto_measures_one_ar_step_then_uses_its_mean():
     assert policy.step_seconds(caught_up)[0] == pytest.approx((3.5 + 0.9) / 3)  # the 0.9 s the draft caught up on
     # the rest's line through the ar steps (1.17 s at L = 0) and the two at L = 4 (2 s each); the draft's 1 s
     assert policy.step_seconds(caught_up)[2] == pytest.approx(0.5 + (3.5 / 3 + 2.0) / 2)
+
+
+def test_auto_measures_ar_again_while_drafting_less_and_less_often():
+    """Only ar steps measure t_step(0): a decoding that drafts takes one ar step after ``probe``
+    drafting steps in a row, then after twice as many each time that step leaves it drafting, up to
+    MAX_BACKOFF x ``probe``; an ar step chosen for itself starts the count again."""
+    now = [0.0]
+    policy = AutoDraftLength(0, 4, probe=4, clock=lambda: now[0])  # every draft accepted: drafting wins
+    state = policy.update(policy.initial(), 4, 4, StepSeconds(1.0, 4, 1.0))  # prefill: starts the clock
+    chosen = []
+    for _ in range(100):
+        chosen.append(policy.choose(state))
+        length = chosen[-1]
+        now[0] += 1.0 + 0.35 * length  # a drafted token 0.25 s, a scored one 0.1 s, the rest 1 s
+        state = policy.update(state, length, length, StepSeconds(0.25 * length, length, 1.0 + 0.1 * length))
+    ar = [i for i, length in enumerate(chosen) if length == 0]
+    assert chosen[0] == 4 and ar[0] == 1  # the first drafting step, then the ar step it asks for
+    assert [b - a - 1 for a, b in zip(ar, ar[1:])] == [4, 8, 16, 32, 32] and MAX_BACKOFF == 8
+    assert set(chosen) == {0, 4} and state.remeasured == 5
+    chosen_for_itself = policy.update(policy.update(dataclasses.replace(state, drafting=32), 0, 0, None), 0, 0, None)
+    assert chosen_for_itself.remeasured == 0 and chosen_for_itself.drafting == 0
+    assert AutoDraftLength(1, 4, probe=4, clock=lambda: now[0]).choose(dataclasses.replace(state, drafting=99)) == 4  # no ar
 
 
 def test_auto_measures_whole_steps_when_costs_are_not_given():

@@ -35,7 +35,18 @@ too comes from the past.
   and drafted L = 4 throughout, 0.7x ``ar``.) A step at L = 0 tests no position, so it leaves
   the acceptance estimates as they were: after ``probe`` of them in a row one step drafts (at the
   best L >= 1) to measure again, and with measured costs the first L = 0 step is taken once to
-  measure it rather than trusting the lines' extrapolation to L = 0.
+  measure it rather than trusting the lines' extrapolation to L = 0. Only ``ar`` steps measure
+  t_step(0), so with measured costs a decoding that drafts takes one ``ar`` step after ``probe``
+  drafting steps in a row, then after twice as many each time such a step does not turn it to
+  ``ar`` (at most ``MAX_BACKOFF`` times ``probe``): a slow ``ar`` step (a busy host) could
+  otherwise keep a decoding drafting at a loss to the end (sixteen samples of the real pair,
+  2026-11-30: an ``ar`` step timed at 103 ms where other runs' took 65-99 made L = 1 look 1-5%
+  faster, and the batch drafted L = 1 to the end, ~175 ms a step for ~1.7 tokens a row; such runs
+  reached 0.72-0.78x ``ar``'s tokens/s. With its first ``ar`` step timed 40 ms slow on purpose, the
+  batch drafted L = 1 to the end without this in two runs of two, and with it turned back to ``ar``
+  at the step that measured ``ar`` again, or by itself before). Where drafting pays it costs 1.7
+  ``ar`` steps a 128-token decoding (sixteen decodings of HumanEval prompts: 44.4 tokens/s
+  against 43.8 without, within the noise).
 - :class:`HeuristicDraftLength` (``draft_length="heuristic"``): transformers'
   ``num_assistant_tokens_schedule="heuristic"``, L + 2 after a fully accepted draft, L - 1 otherwise.
 """
@@ -54,6 +65,7 @@ __all__ = ["AUTO", "HEURISTIC", "AutoDraftLength", "AutoState", "DraftLengthPoli
 
 AUTO, HEURISTIC = "auto", "heuristic"
 MAX_LENGTH = 8  # the default upper bound on L of both policies
+MAX_BACKOFF = 8  # auto's ar steps that measure t_step(0) again: at most every MAX_BACKOFF x probe drafting steps
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,8 @@ class AutoState:
     beside the draft phase (the first step is left out: it holds the prefill), and the measured
     draft phases that did not catch up with their seconds; the catch-up seconds charged to the
     ``ar`` steps; the clock at the last update (None before it, or with given costs); the L = 0
-    steps since the last that drafted."""
+    steps since the last that drafted; the drafting steps since the last L = 0 step, and the ``ar``
+    steps in a row taken to measure t_step(0) again that did not turn the decoding to ``ar``."""
 
     tested: tuple[float, ...]
     accepted: tuple[float, ...]
@@ -107,6 +120,8 @@ class AutoState:
     catch_up: float = 0.0
     clock: float | None = None
     undrafted: int = 0
+    drafting: int = 0
+    remeasured: int = 0
 
 
 def _line(measured: tuple[int, ...], seconds: tuple[float, ...], through_zero: bool) -> list[float]:
@@ -131,7 +146,8 @@ class AutoDraftLength:
     geometrically. ``draft_cost`` t_d and ``target_costs`` (t_T(L) for L = 0..max_length, t_T(0)
     the one-token call of an ``ar`` step) are both given or both measured (None; ``clock`` gives the
     time of each update). ``min_length`` = 0 lets it choose ``ar`` steps; ``probe``: after that many
-    of them in a row, one step drafts."""
+    of them in a row, one step drafts, and (measured costs) after that many drafting steps in a row,
+    then twice as many each time it did not turn the decoding to ``ar``, one ``ar`` step."""
 
     min_length: int = 0
     max_length: int = MAX_LENGTH
@@ -223,17 +239,26 @@ class AutoDraftLength:
             return [min(max(start, self.min_length), self.max_length)] * len(states)
         if self.min_length == 0 and self.draft_cost is None and not states[0].measured[0]:
             return [0] * len(states)  # measure one ar step rather than trust the lines at L = 0
+        if self.min_length == 0 and self.draft_cost is None and states[0].drafting >= self._ar_probe(states[0]):
+            return [0] * len(states)  # measure ar again
         lowest = max(self.min_length, 1) if states[0].undrafted >= self.probe else self.min_length
         expected = [sum(column) for column in zip(*(self.expected_tokens(state) for state in states))]
         rates = [(expected[length] / seconds[length], -length) for length in range(lowest, self.max_length + 1)]
         return [-max(rates)[1]] * len(states)  # the shortest of equal rates
+
+    def _ar_probe(self, state: AutoState) -> int:
+        """Drafting steps in a row after which an ``ar`` step measures t_step(0) again."""
+        return min(self.probe << state.remeasured, MAX_BACKOFF * self.probe)
 
     def update(self, state: AutoState, draft_length: int, accepted: int, seconds: StepSeconds | None) -> AutoState:
         """The row verified ``draft_length`` tokens and accepted ``accepted``; the step's costs go
         under the L its call scored (``seconds.draft_calls``: a batch's step drafts the longest
         row's L for every row)."""
         step = draft_length if seconds is None else seconds.draft_calls
-        new = replace(state, steps=state.steps + 1, undrafted=0 if step else state.undrafted + 1)
+        remeasured = (state.remeasured + 1 if state.drafting >= self._ar_probe(state) else 0) if not step \
+            else state.remeasured  # an ar step: taken to measure ar again, or chosen for itself
+        new = replace(state, steps=state.steps + 1, undrafted=0 if step else state.undrafted + 1,
+                      drafting=state.drafting + 1 if step else 0, remeasured=remeasured)
         if draft_length:  # positions 1..min(accepted + 1, L) were tested; the first `accepted` of them passed
             tested = [t * self.decay + (i < min(accepted + 1, draft_length)) for i, t in enumerate(state.tested)]
             passed = [a * self.decay + (i < accepted) for i, a in enumerate(state.accepted)]
