@@ -20,6 +20,7 @@ chat acceptance; `evaluate-draft` measures it, :func:`.heldout.source_acceptance
 from __future__ import annotations
 
 import ast
+import functools
 import random
 import sysconfig
 import time
@@ -82,7 +83,14 @@ def chat_prompts(split: str = "train", seed: int = 0, root: Path | None = None) 
     ``"heldout"`` (by file, as the corpus split; a held-out message that is also a training message, a
     function copied between files, is dropped). A function of another ``root`` whose source is also
     in the standard library's held-out split (a vendored copy) is dropped, so that no held-out
-    evaluation prompt is trained on."""
+    evaluation prompt is trained on. Built once per process for each (split, seed, root): the
+    held-out messages parse the whole standard library (10-12 s here), and ``evaluate-draft`` asks
+    for them twice."""
+    return list(_chat_prompts(split, seed, root))
+
+
+@functools.cache
+def _chat_prompts(split: str, seed: int, root: Path | None) -> tuple[str, ...]:
     corpus = split_corpus(root)
     functions = [f for text in corpus.read(corpus.train if split == "train" else corpus.heldout)
                  for f in _documented_functions(text)]
@@ -94,9 +102,9 @@ def chat_prompts(split: str = "train", seed: int = 0, root: Path | None = None) 
     prompts = [rng.choice(_TASKS).format(**f) for f in functions]
     rng.shuffle(prompts)
     if split != "train":
-        seen = set(chat_prompts("train", seed, root))
+        seen = set(_chat_prompts("train", seed, root))
         prompts = [p for p in prompts if p not in seen]
-    return prompts
+    return tuple(prompts)
 
 
 def _documented_functions(text: str) -> list[dict[str, str]]:
