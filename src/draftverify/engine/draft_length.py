@@ -237,10 +237,9 @@ class AutoDraftLength:
         if seconds is None:  # nothing measured yet: a length to measure from
             start = 4 if len(states) == 1 else 1
             return [min(max(start, self.min_length), self.max_length)] * len(states)
-        if self.min_length == 0 and self.draft_cost is None and not states[0].measured[0]:
-            return [0] * len(states)  # measure one ar step rather than trust the lines at L = 0
-        if self.min_length == 0 and self.draft_cost is None and states[0].drafting >= self._ar_probe(states[0]):
-            return [0] * len(states)  # measure ar again
+        if self.min_length == 0 and self.draft_cost is None \
+                and (not states[0].measured[0] or states[0].drafting >= self._ar_probe(states[0])):
+            return [0] * len(states)  # measure ar: once rather than trust the lines at L = 0, again after drafting
         lowest = max(self.min_length, 1) if states[0].undrafted >= self.probe else self.min_length
         expected = [sum(column) for column in zip(*(self.expected_tokens(state) for state in states))]
         rates = [(expected[length] / seconds[length], -length) for length in range(lowest, self.max_length + 1)]
@@ -255,10 +254,11 @@ class AutoDraftLength:
         under the L its call scored (``seconds.draft_calls``: a batch's step drafts the longest
         row's L for every row)."""
         step = draft_length if seconds is None else seconds.draft_calls
-        remeasured = (state.remeasured + 1 if state.drafting >= self._ar_probe(state) else 0) if not step \
-            else state.remeasured  # an ar step: taken to measure ar again, or chosen for itself
-        new = replace(state, steps=state.steps + 1, undrafted=0 if step else state.undrafted + 1,
-                      drafting=state.drafting + 1 if step else 0, remeasured=remeasured)
+        if step:
+            new = replace(state, steps=state.steps + 1, undrafted=0, drafting=state.drafting + 1)
+        else:  # an ar step: taken to measure ar again (it counts), or chosen for itself (the count starts again)
+            remeasured = state.remeasured + 1 if state.drafting >= self._ar_probe(state) else 0
+            new = replace(state, steps=state.steps + 1, undrafted=state.undrafted + 1, drafting=0, remeasured=remeasured)
         if draft_length:  # positions 1..min(accepted + 1, L) were tested; the first `accepted` of them passed
             tested = [t * self.decay + (i < min(accepted + 1, draft_length)) for i, t in enumerate(state.tested)]
             passed = [a * self.decay + (i < accepted) for i, a in enumerate(state.accepted)]
