@@ -17,7 +17,7 @@ import torch
 
 from draftverify import get_verifier, rng, theory
 from draftverify.approx import Sprinter, load_classifier
-from draftverify.testing import MarkovModel, check_exactness, decode_known_law, exact_sequence_law, goodness_of_fit, random_pair
+from draftverify.testing import MarkovModel, check_exactness, decode_known_laws, exact_sequence_law, goodness_of_fit, random_pair
 from draftverify.verify import VerifyResult
 from tests.factories import RateClassifier
 
@@ -87,8 +87,7 @@ def monte_carlo_counts(verifier, pair, samples: int, num_tokens: int = 3, draft_
     generator, draft_rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
     weights = pair.vocab_size ** np.arange(num_tokens - 1, -1, -1)
     counts = np.zeros(pair.vocab_size**num_tokens)
-    for _ in range(samples):
-        trace = decode_known_law(verifier, pair, 1, draft_length, num_tokens, generator, draft_rng)
+    for trace in decode_known_laws(verifier, pair, 1, draft_length, num_tokens, samples, generator, draft_rng):
         counts[int(np.dot(trace.tokens, weights))] += 1
     return counts
 

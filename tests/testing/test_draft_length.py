@@ -87,9 +87,9 @@ def test_an_ar_step_that_ignored_the_target_would_be_caught(pair, monkeypatch):
 
     real = checker._call
 
-    def from_the_draft(verifier, pair, prefix, num_drafts, length, state, source, draft_source):
+    def from_the_draft(verifier, pair, prefix, length, state, source, drafts):
         if length:
-            return real(verifier, pair, prefix, num_drafts, length, state, source, draft_source)
+            return real(verifier, pair, prefix, length, state, source, drafts)
         row = pair.draft_conditional(prefix, [])
         return (checker.categorical(torch.from_numpy(row), source),), state, 0
 

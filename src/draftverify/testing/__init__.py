@@ -10,7 +10,8 @@ scripted uniforms.
 """
 
 from .checker import (
-    FAILED, INCONCLUSIVE, PASSED, DecodeTrace, ExactnessReport, check_exactness, decode_known_law, detectable_tv,
+    FAILED, INCONCLUSIVE, PASSED, DecodeTrace, ExactnessReport, check_exactness, decode_known_law, decode_known_laws,
+    detectable_tv,
     draw_drafts, exact_sequence_law, goodness_of_fit,
 )
 from .conform import ConformanceReport, conform
@@ -29,6 +30,7 @@ __all__ = [
     "check_exactness",
     "conform",
     "decode_known_law",
+    "decode_known_laws",
     "detectable_tv",
     "draw_drafts",
     "enumerate_outcomes",

@@ -27,6 +27,7 @@ from .markov import KnownLawPair, random_pair
 
 __all__ = [
     "ExactnessReport", "DecodeTrace", "FAILED", "INCONCLUSIVE", "PASSED", "check_exactness", "decode_known_law",
+    "decode_known_laws",
     "detectable_tv", "draw_drafts", "exact_sequence_law", "goodness_of_fit",
 ]
 
@@ -69,6 +70,7 @@ class DecodeTrace:
 PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
 MIN_EXPECTED = 5.0  # every bin of the chi-square test has at least this expected count (Cochran's rule)
 POWER = 0.9  # the power at which ``detectable_tv`` is computed
+LOCKSTEP = 256  # check_exactness decodes its samples this many at a time (decode_known_laws)
 
 
 @dataclass(frozen=True)
@@ -114,30 +116,42 @@ def draw_drafts(pair: KnownLawPair, prefix: list[int], num_drafts: int, length: 
     them: tokens [K, L], draft_probs [K, L, V], target_probs [K, L+1, V] (float64), each draft's
     law at its depth in the call (:meth:`KnownLawPair.draft_conditional`, the row each token is
     drawn from). ``source`` is a BranchingSource (enumeration: every draft is a branch) or a numpy
-    Generator (Monte Carlo)."""
-    tokens = np.zeros((num_drafts, length), dtype=np.int64)
-    draft_probs = np.zeros((num_drafts, length, pair.vocab_size))
-    for k in range(num_drafts):
-        for i in range(length):
-            row = draft_probs[k, i] = pair.draft_conditional(prefix, tokens[k, :i])
-            if isinstance(source, BranchingSource):
-                tokens[k, i] = source.categorical(torch.from_numpy(row))
-            else:  # the numpy generator's uniform, through the one inverse CDF
-                tokens[k, i] = int(inverse_cdf(torch.from_numpy(row)[None], torch.tensor([source.random()]))[0])
-    target_probs = np.stack([pair.target.conditionals(prefix, tokens[k]) for k in range(num_drafts)])
-    return torch.from_numpy(tokens), torch.from_numpy(draft_probs), torch.from_numpy(target_probs)
+    Generator (Monte Carlo). One call of :func:`_draw_calls`."""
+    return _draw_calls(pair, [(prefix, length)], num_drafts, source)[0]
 
 
-def _call(verifier, pair: KnownLawPair, prefix: list[int], num_drafts: int, length: int, state, source,
-          draft_source) -> tuple[tuple[int, ...], Any, int]:
+def _draw_calls(pair: KnownLawPair, calls: list[tuple[list[int], int]], num_drafts: int, source) -> list[tuple]:
+    """:func:`draw_drafts` for several calls (prefix, L >= 1) at once: depth by depth, every draft
+    still that long draws its token at that depth; with a numpy Generator, all of a depth's draws
+    are one :func:`~draftverify.rng.inverse_cdf` over their rows (its uniforms in call, then draft
+    order), with a BranchingSource one branch a row."""
+    vocab = pair.vocab_size
+    tokens = [np.zeros((num_drafts, length), dtype=np.int64) for _, length in calls]
+    draft_probs = [np.zeros((num_drafts, length, vocab)) for _, length in calls]
+    for depth in range(max(length for _, length in calls)):
+        live = [(c, k) for c, (_, length) in enumerate(calls) if length > depth for k in range(num_drafts)]
+        rows = np.stack([pair.draft_conditional(calls[c][0], tokens[c][k, :depth]) for c, k in live])  # [n, V]
+        if isinstance(source, BranchingSource):
+            picks = [source.categorical(torch.from_numpy(row)) for row in rows]
+        else:
+            picks = inverse_cdf(torch.from_numpy(rows), torch.from_numpy(source.random(len(live)))).tolist()
+        for (c, k), row, pick in zip(live, rows, picks):
+            draft_probs[c][k, depth], tokens[c][k, depth] = row, pick
+    return [(torch.from_numpy(drafted), torch.from_numpy(probs),
+             torch.from_numpy(np.stack([pair.target.conditionals(prefix, row) for row in drafted])))
+            for (prefix, _), drafted, probs in zip(calls, tokens, draft_probs)]
+
+
+def _call(verifier, pair: KnownLawPair, prefix: list[int], length: int, state, source,
+          drafts: tuple | None) -> tuple[tuple[int, ...], Any, int]:
     """One call of the decoding loop: its tokens, the verifier's next state and the accepted count.
-    L >= 1 drafted tokens go through the verifier; at L = 0 (a draft-length policy's ``ar`` step)
-    one token is drawn from the target's conditional and the state is kept."""
+    L >= 1 drafted tokens (``drafts``, from :func:`_draw_calls`) go through the verifier; at L = 0
+    (a draft-length policy's ``ar`` step) one token is drawn from the target's conditional and the
+    state is kept."""
     if length == 0:
         row = pair.target.conditionals(prefix, [])[0]  # [V]
         return (categorical(torch.from_numpy(row), source),), state, 0
-    tokens, draft_probs, target_probs = draw_drafts(pair, prefix, num_drafts, length, draft_source)
-    result = _checked(verifier.verify(tokens, draft_probs, target_probs, generator=source, state=state))
+    result = _checked(verifier.verify(*drafts, generator=source, state=state))
     return tuple(int(t) for t in result.tokens), result.state, result.num_accepted
 
 
@@ -148,21 +162,38 @@ def decode_known_law(
 
     The verifier draws from ``source``; drafts from ``draft_source`` (a numpy Generator: faster for
     Monte Carlo), or from ``source`` too when that is a BranchingSource (enumeration)."""
+    return decode_known_laws(verifier, pair, num_drafts, draft_length, num_tokens, 1, source, draft_source)[0]
+
+
+def decode_known_laws(verifier, pair: KnownLawPair, num_drafts: int, draft_length: int | Any, num_tokens: int,
+                      count: int, source, draft_source=None) -> list[DecodeTrace]:
+    """``count`` independent decodings of :func:`decode_known_law`, in lockstep: each round, every
+    decoding not yet done makes its next call, the drafts of all of them drawn together
+    (:func:`_draw_calls`), then each goes through the verifier in turn, whose draws all come from
+    ``source``. Each decoding's law is that of one run alone; only the order in which the sources'
+    numbers are used differs."""
     draft_source = source if draft_source is None else draft_source
     policy = _policy(draft_length)
-    prefix: list[int] = []
-    state, length_state = None, policy.initial()
-    calls = accepted = rejections = verified = 0
-    while len(prefix) < num_tokens:
-        length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
-        tokens, state, kept = _call(verifier, pair, prefix, num_drafts, length, state, source, draft_source)
-        prefix.extend(tokens)
-        length_state = policy.update(length_state, length, kept, None)
-        calls += 1
-        verified += length > 0
-        accepted += kept
-        rejections += rejected_tests([kept], length)
-    return DecodeTrace(tuple(prefix[:num_tokens]), calls, accepted, rejections, verified)
+    prefixes: list[list[int]] = [[] for _ in range(count)]
+    states, length_states = [None] * count, [policy.initial()] * count
+    calls, accepted, rejections, verified = ([0] * count for _ in range(4))
+    live = list(range(count))
+    while live:
+        lengths = {i: max(policy.choose(length_states[i]), ModificationStack.min_draft_length(states[i])) for i in live}
+        drafting = [i for i in live if lengths[i]]
+        drawn = dict(zip(drafting, _draw_calls(pair, [(prefixes[i], lengths[i]) for i in drafting], num_drafts,
+                                               draft_source) if drafting else []))
+        for i, length in lengths.items():
+            tokens, states[i], kept = _call(verifier, pair, prefixes[i], length, states[i], source, drawn.get(i))
+            prefixes[i].extend(tokens)
+            length_states[i] = policy.update(length_states[i], length, kept, None)
+            calls[i] += 1
+            verified[i] += length > 0
+            accepted[i] += kept
+            rejections[i] += rejected_tests([kept], length)
+        live = [i for i in live if len(prefixes[i]) < num_tokens]
+    return [DecodeTrace(tuple(prefixes[i][:num_tokens]), calls[i], accepted[i], rejections[i], verified[i])
+            for i in range(count)]
 
 
 class _Opaque:
@@ -203,7 +234,8 @@ def exact_sequence_law(verifier, pair: KnownLawPair, *, num_drafts: int = 1, dra
         length = max(policy.choose(length_state), ModificationStack.min_draft_length(state))
 
         def one_call(source, prefix=prefix, state=state, length=length):
-            tokens, new_state, kept = _call(verifier, pair, list(prefix), num_drafts, length, state, source, source)
+            drafts = draw_drafts(pair, list(prefix), num_drafts, length, source) if length else None
+            tokens, new_state, kept = _call(verifier, pair, list(prefix), length, state, source, drafts)
             return tokens, _state_key(new_state), kept
 
         for (tokens, new_key, accepted), branch_prob in enumerate_outcomes(one_call).items():
@@ -333,15 +365,16 @@ def check_exactness(
     counts = np.zeros(vocab**num_tokens)
     calls = accepted = rejections = verified = 0
     weights = vocab ** np.arange(num_tokens - 1, -1, -1)
-    for _ in range(samples):
-        trace = decode_known_law(verifier, pair, num_drafts, draft_length, num_tokens, generator, draft_rng)
-        counts[int(np.dot(trace.tokens, weights))] += 1
-        calls += trace.calls
-        verified += trace.verified
-        accepted += trace.accepted
-        rejections += trace.rejections
-        if on_sample is not None:
-            on_sample()
+    for start in range(0, samples, LOCKSTEP):
+        for trace in decode_known_laws(verifier, pair, num_drafts, draft_length, num_tokens,
+                                       min(LOCKSTEP, samples - start), generator, draft_rng):
+            counts[int(np.dot(trace.tokens, weights))] += 1
+            calls += trace.calls
+            verified += trace.verified
+            accepted += trace.accepted
+            rejections += trace.rejections
+            if on_sample is not None:
+                on_sample()
     law = pair.target.law(num_tokens).ravel()
     p_value, statistic, dof = goodness_of_fit(counts, law)
     detectable = detectable_tv(law, samples, threshold)
