@@ -395,6 +395,50 @@ def test_the_compiled_block_draws_what_the_loop_of_forwards_draws(method, num_dr
     assert [exact, last_position] == rest[:2] and torch.equal(last, rest[2])
 
 
+@pytest.mark.parametrize("method,num_drafts", [("sd", None), ("kseq", 2)])
+def test_prompts_that_open_alike_are_drafted_from_their_opening_once(method, num_drafts, monkeypatch):
+    """The draft's first forward over a batch (its catch-up on the prompts, in the compiled block)
+    computes a position that repeats an earlier row's opening once (``repeats``, as the target's
+    prompts' call does: :func:`~draftverify.models.base.chunk_repeats`): two samples of one prompt,
+    one sharing its opening, one that opens otherwise, and with K = 2 each row's two draft rows. The
+    decoding is the one that computes every position, to the bit: tokens, drafted blocks and laws,
+    the draft's last features; a twin that copies from the position before its source fails."""
+    from draftverify.models import feature_draft
+
+    target, draft = tiny_feature_pair(VOCAB, SUBSET, quantize="int8")
+    prompts = [[1, 4, 2, 9, 3, 5], [1, 4, 2, 9, 3, 5], [1, 4, 2, 7], [6, 1, 1]]
+    real, draft_block, copied = feature_draft.chunk_repeats, Decoder.draft_block, []
+
+    def counted(tokens, valid):
+        repeats = real(tokens, valid)
+        copied.append(0 if repeats is None else int((repeats >= 0).sum()))
+        return repeats
+
+    def shifted(tokens, valid):  # the twin: a copy of row 0 (never padded here) from the slot before its source
+        repeats = real(tokens, valid)
+        return repeats if repeats is None else torch.where((repeats > 0) & (repeats < tokens.shape[1]), repeats - 1, repeats)
+
+    def decode(repeats):
+        monkeypatch.setattr(feature_draft, "chunk_repeats", repeats)
+        blocks = []
+        monkeypatch.setattr(Decoder, "draft_block", lambda self, *args: blocks.append(draft_block(self, *args)) or blocks[-1])
+        decoder = Decoder(target, draft, prompts, DecodeConfig(method, num_drafts=num_drafts, draft_length=3,
+                                                               max_new_tokens=12, seed=3))
+        while not decoder.done:
+            decoder.step()
+            decoder.check_caches()
+        return [decoder.generated(p) for p in range(len(prompts))], blocks, decoder.draft_cache.backend.last
+
+    once, every, twin = decode(counted), decode(lambda tokens, valid: None), decode(shifted)
+    k = num_drafts or 1
+    # at the draft's one opening: the second sample's prompt and the third's opening of three, with K = 2 each row's
+    # second copy (its prompt and first token) whole
+    assert len(copied) == 1 and copied[0] >= 6 + 3 + sum(len(p) + 1 for p in prompts) * (k - 1)
+    assert once[0] == every[0] and len(once[1]) == len(every[1]) > 3 and torch.equal(once[2], every[2])
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(once[1], every[1]))
+    assert not all(torch.equal(la, lb) for (_, la), (_, lb) in zip(twin[1], every[1]))
+
+
 def test_a_draft_state_of_nan_is_refused_by_the_block_as_by_the_loop():
     # the block's warp checks its rows after the softmax as probs.warp does
     target, draft = tiny_feature_pair(VOCAB, SUBSET)

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..probs import check_warping
-from .base import Cache, LanguageModel, chunk_counts, chunk_positions
+from .base import Cache, LanguageModel, chunk_counts, chunk_positions, chunk_repeats
 from .ggml_blocks import BLOCK
 from .gpt2 import Linear, output_logits, q8_compiled
 from .hf import TransformersModel
@@ -379,7 +379,8 @@ class FeatureDraft(LanguageModel):
             x = self.fc(torch.cat([self.embedding[tokens], features], -1).view(rows * size, -1)).view(rows, size, -1)
             mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
             kv.reserve(size)
-            hidden = self._final_norm(llama_layers(self.layer, kv, x, positions, mask, valid))  # [B, S, E]
+            repeats = chunk_repeats(tokens, valid) if cache.width == size and rows > 1 else None  # opening alike
+            hidden = self._final_norm(llama_layers(self.layer, kv, x, positions, mask, valid, repeats=repeats))
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
             subset = output_logits(self.output, self.head_module.head, hidden[:, -num_logits:]).view(rows * num_logits, -1)  # [B n, N]
@@ -433,12 +434,13 @@ class FeatureDraft(LanguageModel):
             valids = [cache.valid[:, -size:]] + [slots.new_ones(rows, 1)] * (length - 1)
         else:
             masks, valids = [causal_mask(size, cache.width) if size > 1 else None] + [None] * (length - 1), [None] * length
+        repeats = chunk_repeats(tokens, valids[0]) if cache.width == size and rows > 1 else None  # opening alike
         with torch.inference_mode():
             features, exact = self._features(cache, positions[:, :size])  # [B, m, E], [B, m]
             cos, sin = self.layer.rotary(features, positions)  # [B, m + L - 1, D] each
             kv.reserve(fed)
             drafted, laws, last = torch.ops.draftverify.feature_draft_block(
-                tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], masks, valids, kv.keys,
+                tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], masks, valids, repeats, kv.keys,
                 kv.values, kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block,
                 length, self.vocab_size, temperature, top_k, top_p, generator)  # [B, L], [B, L, V], [B, E]
             kv.advance(fed)

@@ -125,7 +125,9 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
 // (``vocab`` = V; zero outside the support, the subset's law at its tokens) and the last position's
 // feature f^ [B, E]. cos / sin [B, 1, m + L - 1, D] cover every position fed; forward i (0: the
 // chunk) attends by masks[i] and skips the padding valids[i] marks, as FeatureDraft._forward passes
-// them to the layers (None where nothing is padded and the query is one token). With n layers (one
+// them to the layers (None where nothing is padded and the query is one token); the chunk's
+// positions that `repeats` an earlier row's (llama_layers.cpp; None: none) take its layers' keys,
+// values and state. With n layers (one
 // key tensor each), products 0 and 4n + 1 of the flat lists are fc and the output layer, 1..4n the
 // layers' (llama_layers.cpp); norms: the layers' two each, then the final one. The inputs'
 // gathering, the draw and the laws' scatter into the vocabulary are plain loops (copies,
@@ -133,7 +135,7 @@ at::Tensor warp(const at::Tensor& logits, double temperature, std::optional<int6
 std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
     const at::Tensor& tokens, const at::Tensor& features, const at::Tensor& embedding, const at::Tensor& support,
     const at::Tensor& cos, const at::Tensor& sin, const c10::List<std::optional<at::Tensor>>& masks,
-    const c10::List<std::optional<at::Tensor>>& valids, at::TensorList keys,
+    const c10::List<std::optional<at::Tensor>>& valids, const std::optional<at::Tensor>& repeats, at::TensorList keys,
     at::TensorList values, int64_t start, int64_t heads, int64_t kv_heads, int64_t head_dim, at::TensorList norms,
     c10::ArrayRef<double> eps, at::IntArrayRef kind, at::TensorList weights,
     const c10::List<std::optional<at::Tensor>>& scales, const c10::List<std::optional<at::Tensor>>& offsets,
@@ -184,7 +186,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
                                               outputs[0]).view({rows, size, width});
     const int64_t first = position - start;  // this forward's angles
     const at::Tensor layers = draftverify::llama_layers(
-        x, cos.narrow(2, first, size), sin.narrow(2, first, size), masks.get(i), valids.get(i), std::nullopt, keys,
+        x, cos.narrow(2, first, size), sin.narrow(2, first, size), masks.get(i), valids.get(i),
+        i == 0 ? repeats : std::nullopt, keys,
         values, position, heads, kv_heads, head_dim, norms.slice(0, final), eps.slice(0, final), kind.slice(1, 4 * n),
         weights.slice(1, 4 * n), layer_scales, layer_offsets, layer_biases, outputs.slice(1, 4 * n));
     const at::Tensor hidden = draftverify::rms_norm_rows(layers, norms[final], eps[final]);  // [B, S, E]
@@ -210,7 +213,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> feature_draft_block(
 
 TORCH_LIBRARY_FRAGMENT(draftverify, m) {
   m.def("feature_draft_block(Tensor tokens, Tensor features, Tensor embedding, Tensor support, Tensor cos, Tensor sin, "
-        "Tensor?[] masks, Tensor?[] valids, Tensor[] keys, Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, "
+        "Tensor?[] masks, Tensor?[] valids, Tensor? repeats, Tensor[] keys, Tensor[] values, int start, int heads, int kv_heads, int head_dim, Tensor[] norms, "
         "float[] eps, int[] kind, Tensor[] weights, Tensor?[] scales, Tensor?[] offsets, Tensor?[] biases, int[] outputs, "
         "int length, int vocab, float temperature, int? top_k, float? top_p, Generator? generator) -> (Tensor, Tensor, Tensor)",
         &feature_draft_block);
