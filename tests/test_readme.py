@@ -3,6 +3,7 @@ command of its quick start (``make`` targets exist; ``draftverify`` lines run an
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -19,6 +20,9 @@ README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
 
 PYTHON_BLOCKS = [m["body"] for m in FENCE.finditer(README) if m["lang"] == "python"]
+# a fresh interpreter imports the draftverify this process imported (a worktree's, not the one installed beside it)
+FRESH_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [str(Path(draftverify.__file__).resolve().parent.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
 
 
 def _section(title: str) -> str:
@@ -44,7 +48,7 @@ def test_readme_has_the_blocks_this_test_runs():
 @pytest.mark.parametrize("code", PYTHON_BLOCKS, ids=[f"block{i}" for i in range(len(PYTHON_BLOCKS))])
 def test_python_block_runs_as_pasted(code: str, tmp_path: Path):
     # a fresh interpreter per block, outside the repository: no state or files leak between blocks
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=FRESH_ENV)
     assert done.returncode == 0, f"README block failed:\n{code}\n--- stderr ---\n{done.stderr}"
 
 
@@ -59,7 +63,7 @@ def test_subpackages_are_attributes_imported_on_first_use():
         "assert set(names) <= set(dir(draftverify))\n"
         "assert draftverify.load_pair is draftverify.models.load_pair\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=FRESH_ENV)
     assert done.returncode == 0, done.stderr
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         draftverify.nope  # noqa: B018
