@@ -33,6 +33,9 @@ def _selection_constants(gamma, m: int):
     return miss ** (m - 1), sum(miss**j for j in range(m - 1))
 
 
+_GRID = np.arange(33) / 32  # sequential_selection's grid on [0, 1]
+
+
 def sequential_selection(target: torch.Tensor, draft: torch.Tensor, num_candidates: int, rounds: int = 5):
     """Select one of m i.i.d. candidates from ``draft`` [V]: returns (accept [V], law [V]) as float64.
 
@@ -70,7 +73,8 @@ def sequential_selection(target: torch.Tensor, draft: torch.Tensor, num_candidat
 
     low, high = 0.0, 1.0
     for _ in range(rounds):  # bracket a root of sum_x D accept - gamma (>= 0 at 0, <= 0 at 1)
-        grid = np.linspace(low, high, 33)  # [33]
+        grid = low + (high - low) * _GRID  # [33]: np.linspace(low, high, 33)'s points, without its call's cost
+        grid[-1] = high
         index = int(np.flatnonzero(taken(grid) - grid >= 0)[-1])
         low, high = grid[index], grid[min(index + 1, 32)]
     b, slope = _selection_constants(low, m)
