@@ -93,6 +93,21 @@ def test_progress_is_drawn_on_a_terminal_and_never_under_quiet(capsys, monkeypat
     assert err == "" and "p-value" in out
 
 
+def test_the_command_line_and_the_engine_start_without_scipy():
+    """scipy (about a second to import here) loads where a command uses it: the checker's chi-square,
+    the optimal transport of tune and bench, the theory's root finders; generate needs none of them."""
+    import os
+    from pathlib import Path
+
+    import draftverify
+
+    tree = str(Path(draftverify.__file__).resolve().parent.parent)  # the draftverify under test
+    code = "import sys, draftverify.cli, draftverify.engine; print(sorted(m for m in sys.modules if m.startswith('scipy')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SLOW_START,
+                          env={**os.environ, "PYTHONPATH": tree})
+    assert done.returncode == 0 and done.stdout == "[]\n", done.stdout + done.stderr
+
+
 def test_a_reader_that_leaves_early_ends_the_command_quietly():
     lengths = [str(length) for length in range(3000)]  # about 150 kB: more than a pipe holds
     child = subprocess.Popen([sys.executable, "-m", "draftverify", "theory", "speedup", "--draft-length", *lengths],

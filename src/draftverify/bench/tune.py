@@ -55,7 +55,6 @@ import torch
 from ..engine import PREFIX_DRAFT_ONLY, generate, generate_batch, refuses_draft
 from ..engine.pending import pending_tokens
 from ..models.base import LanguageModel
-from ..ot import optimal_acceptance
 from ..probs import check_warping, warp
 from ..theory import kseq_position_law, maximal_acceptance, selection_position_law
 from ..theory.tuning import (
@@ -232,6 +231,8 @@ def _reduce(target_probs: np.ndarray, draft_probs: np.ndarray, tokens: np.ndarra
     if "multidraft-bv" in names:
         acceptance[SELECTION_LAW] = _selection_laws(target_probs, draft_probs, tokens, max_k).reshape(len(tokens), -1)
     if "ot" in names:
+        from ..ot import optimal_acceptance  # the OT package (scipy) on use: the command line imports this module
+
         acceptance["optimal"] = np.array([[optimal_acceptance(t, d, k) for k in range(1, max_k + 1)]
                                           for t, d in zip(target_probs, draft_probs)])
     return draft_probs[at] / target_probs[at], draft_probs[at], acceptance

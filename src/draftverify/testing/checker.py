@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from scipy import optimize, stats
 
 from ..rng import BranchingSource, categorical, inverse_cdf
 from ..verify.acceptance import pooled_acceptance, rejected_tests
@@ -263,6 +262,8 @@ def goodness_of_fit(counts: np.ndarray, law: np.ndarray) -> tuple[float, float, 
     (every expected count >= 5): (p_value, statistic, dof). An observed outcome of probability 0
     gives (0, inf, 0); bins leaving no degree of freedom give p = NaN: there is no test, and a NaN
     compares false with every threshold."""
+    from scipy import stats  # scipy on use: the command line imports this module for every command
+
     total = counts.sum()
     if np.any(counts[law == 0] > 0):
         return 0.0, float("inf"), 0
@@ -298,6 +299,8 @@ def detectable_tv(law: np.ndarray, samples: int, threshold: float, power: float 
     if dof < 1:
         return 1.0
     shared = np.bincount(bins) > 1  # bins holding several cells
+    from scipy import optimize, stats  # on use, as in goodness_of_fit
+
     critical = stats.chi2.isf(threshold, dof)
     noncentrality = optimize.brentq(lambda nc: stats.ncx2.sf(critical, dof, nc) - power, 0.0, 1e9)
     return float(min(1.0, np.sqrt(noncentrality / (4 * samples)) + mass[shared].sum()))

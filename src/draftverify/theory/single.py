@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
 from . import _validate
 
@@ -83,6 +82,8 @@ def optimal_draft_length(acceptance: float, cost_ratio: float) -> OptimalDraftLe
     high = 1.0
     while _optimality_gap(high, a, rho) > 0:
         high *= 2
+    from scipy.optimize import brentq  # scipy on use: the engine imports this package, and generate needs no scipy
+
     root = brentq(_optimality_gap, 0.0, high, args=(a, rho), xtol=1e-12, rtol=1e-12)
     candidates = np.array([math.floor(root), math.ceil(root)])
     values = speedup(a, rho, candidates)
