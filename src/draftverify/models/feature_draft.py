@@ -440,9 +440,10 @@ class FeatureDraft(LanguageModel):
             cos, sin = self.layer.rotary(features, positions)  # [B, m + L - 1, D] each
             kv.reserve(fed)
             drafted, laws, last = torch.ops.draftverify.feature_draft_block(
-                tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], masks, valids, repeats, kv.keys,
-                kv.values, kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim, *self.compiled_block,
-                length, self.vocab_size, temperature, top_k, top_p, generator)  # [B, L], [B, L, V], [B, E]
+                tokens, features, self.embedding, self.support, cos[:, None], sin[:, None], masks, valids, repeats,
+                kv.keys, kv.values, kv.length, self.layer.heads, self.layer.kv_heads, self.layer.head_dim,
+                *self.compiled_block, length, self.vocab_size, temperature, top_k, top_p,
+                generator)  # [B, L], [B, L, V], [B, E]
             kv.advance(fed)
         _count_exact(cache, exact, valids[0], counts)
         cache.append(drafted[:, :-1], None, [length - 1] * rows)

@@ -11,8 +11,7 @@ scripted uniforms.
 
 from .checker import (
     FAILED, INCONCLUSIVE, PASSED, DecodeTrace, ExactnessReport, check_exactness, decode_known_law, decode_known_laws,
-    detectable_tv,
-    draw_drafts, exact_sequence_law, goodness_of_fit,
+    detectable_tv, draw_drafts, exact_sequence_law, goodness_of_fit,
 )
 from .conform import ConformanceReport, conform
 from .enumerate import enumerate_outcomes, exact_output_law

@@ -343,8 +343,9 @@ def check_exactness(
     for a correct verifier up to the chi-square approximation; a biased verifier drives it to 0 as
     ``samples`` grows. The report passes only when p > ``threshold`` and the test could have seen
     a law at total variation ``detect_tv`` from the target (power 0.9); a test that cannot judge
-    is ``"inconclusive"``, never passed (see :class:`ExactnessReport`). ``on_sample``, if given, is
-    called after each decoded sequence (progress).
+    is ``"inconclusive"``, never passed (see :class:`ExactnessReport`). The sequences are decoded
+    ``LOCKSTEP`` at a time (:func:`decode_known_laws`); ``on_sample``, if given, is called once for
+    each of them as its group finishes (progress).
     """
     verifier = _resolve(verifier)
     if pair is not None and not isinstance(pair, KnownLawPair):
