@@ -190,6 +190,14 @@ class FeatureHead(nn.Module):
         return head.eval()
 
 
+def _opening_repeats(cache: Cache, tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor | None:
+    """The positions of the chunk ``tokens`` [B, S] (padding ``valid``) that repeat an earlier row's
+    (:func:`~.base.chunk_repeats`) where the chunk, just appended, opens several rows (they held
+    nothing before it: the draft's catch-up on a batch's prompts), else None."""
+    rows, size = tokens.shape
+    return chunk_repeats(tokens, valid) if rows > 1 and cache.width == size else None
+
+
 def _count_exact(cache: Cache, exact: torch.Tensor | None, valid: torch.Tensor | None, counts: list[int]) -> None:
     """After a forward of a chunk (``valid`` [B, S] or None; ``counts`` its new slots per row, as
     :func:`~.base.chunk_counts` gives them) whose features came from the target where ``exact``
@@ -379,7 +387,7 @@ class FeatureDraft(LanguageModel):
             x = self.fc(torch.cat([self.embedding[tokens], features], -1).view(rows * size, -1)).view(rows, size, -1)
             mask = slot_mask(cache.valid, size) if holes else causal_mask(size, cache.width) if size > 1 else None
             kv.reserve(size)
-            repeats = chunk_repeats(tokens, valid) if cache.width == size and rows > 1 else None  # opening alike
+            repeats = _opening_repeats(cache, tokens, valid)
             hidden = self._final_norm(llama_layers(self.layer, kv, x, positions, mask, valid, repeats=repeats))
             kv.advance(size)
             backend.last = hidden[:, -1].clone()
@@ -434,7 +442,7 @@ class FeatureDraft(LanguageModel):
             valids = [cache.valid[:, -size:]] + [slots.new_ones(rows, 1)] * (length - 1)
         else:
             masks, valids = [causal_mask(size, cache.width) if size > 1 else None] + [None] * (length - 1), [None] * length
-        repeats = chunk_repeats(tokens, valids[0]) if cache.width == size and rows > 1 else None  # opening alike
+        repeats = _opening_repeats(cache, tokens, valids[0])
         with torch.inference_mode():
             features, exact = self._features(cache, positions[:, :size])  # [B, m, E], [B, m]
             cos, sin = self.layer.rotary(features, positions)  # [B, m + L - 1, D] each
