@@ -9,6 +9,7 @@ classifier of given rates. The broken twins are in ``tests/verify/broken_twins.p
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+import draftverify
 from draftverify import get_verifier, verifiers
 from draftverify.models.feature_draft import FeatureDraft, FeatureHead
 from draftverify.models.ggml_blocks import BLOCK, dequantize, random_q4_1
@@ -106,6 +108,11 @@ def tiny_pair(vocab: int, *, tokenizer: Any = None, **options: Any) -> tuple[Tra
     target, draft = tiny_lms(vocab, **options)
     return TransformersModel(target, tokenizer), TransformersModel(draft)
 
+
+# the environment of a fresh interpreter (subprocess) that imports the draftverify this process imported: a
+# worktree's, not the one installed beside it
+FRESH_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [str(Path(draftverify.__file__).resolve().parent.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
 
 def tiny_feature_pair(vocab: int, subset: torch.Tensor, *, seed: int = 0, quantize: str | None = None,
                       layers: int = 1, fusion: tuple[int, ...] = ()) -> tuple[TransformersModel, FeatureDraft]:

@@ -3,7 +3,6 @@ command of its quick start (``make`` targets exist; ``draftverify`` lines run an
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -14,15 +13,13 @@ import pytest
 
 import draftverify
 from draftverify.cli import main
+from tests.factories import FRESH_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
 
 PYTHON_BLOCKS = [m["body"] for m in FENCE.finditer(README) if m["lang"] == "python"]
-# a fresh interpreter imports the draftverify this process imported (a worktree's, not the one installed beside it)
-FRESH_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(Path(draftverify.__file__).resolve().parent.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
 
 
 def _section(title: str) -> str:

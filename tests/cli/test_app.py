@@ -12,6 +12,7 @@ import typer
 
 from draftverify.cli import app, main
 from draftverify.cli._command import PIPE_CLOSED, spread
+from tests.factories import FRESH_ENV
 
 SLOW_START = 900  # seconds: a fresh interpreter imports torch (minutes on a loaded 2-core machine)
 
@@ -96,15 +97,8 @@ def test_progress_is_drawn_on_a_terminal_and_never_under_quiet(capsys, monkeypat
 def test_the_command_line_and_the_engine_start_without_scipy():
     """scipy (about a second to import here) loads where a command uses it: the checker's chi-square,
     the optimal transport of tune and bench, the theory's root finders; generate needs none of them."""
-    import os
-    from pathlib import Path
-
-    import draftverify
-
-    tree = str(Path(draftverify.__file__).resolve().parent.parent)  # the draftverify under test
     code = "import sys, draftverify.cli, draftverify.engine; print(sorted(m for m in sys.modules if m.startswith('scipy')))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SLOW_START,
-                          env={**os.environ, "PYTHONPATH": tree})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SLOW_START, env=FRESH_ENV)
     assert done.returncode == 0 and done.stdout == "[]\n", done.stdout + done.stderr
 
 
