@@ -9,8 +9,8 @@ import torch
 
 from draftverify import get_verifier
 from draftverify.testing import (
-    FAILED, INCONCLUSIVE, PASSED, check_exactness, detectable_tv, enumerate_outcomes, exact_output_law, goodness_of_fit,
-    random_pair,
+    FAILED, INCONCLUSIVE, PASSED, check_exactness, decode_known_laws, detectable_tv, enumerate_outcomes, exact_output_law,
+    goodness_of_fit, random_pair,
 )
 
 
@@ -65,6 +65,9 @@ def test_checker_validates_its_arguments():
         check_exactness(get_verifier("sd"), samples=0)
     with pytest.raises(ValueError, match="too large"):
         check_exactness(get_verifier("sd"), random_pair(vocab_size=8), num_tokens=8, samples=1)
+    for count in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="count"):
+            decode_known_laws(get_verifier("sd"), random_pair(), 1, 2, 3, count, torch.Generator(), np.random.default_rng())
 
 
 def test_checker_reports_each_decoded_sequence():

@@ -170,7 +170,9 @@ def decode_known_laws(verifier, pair: KnownLawPair, num_drafts: int, draft_lengt
     decoding not yet done makes its next call, the drafts of all of them drawn together
     (:func:`_draw_calls`), then each goes through the verifier in turn, whose draws all come from
     ``source``. Each decoding's law is that of one run alone; only the order in which the sources'
-    numbers are used differs."""
+    numbers are used differs. ``ValueError`` unless ``count`` is an int >= 1."""
+    if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"count must be an int >= 1, got {count!r}")
     draft_source = source if draft_source is None else draft_source
     policy = _policy(draft_length)
     prefixes: list[list[int]] = [[] for _ in range(count)]
