@@ -79,14 +79,15 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
     1 - (1 - beta)^K is non-increasing and rho beta non-decreasing in rho, so the difference g has
     one sign change in [1, K]. Between two consecutive likelihood ratios T(x) / D(x), beta(rho) =
     A + B / rho with A the draft mass of the tokens whose ratio is at least rho and B the target mass
-    of the others: sorting the ratios once gives g at every ratio inside (1, K) in a few passes over
-    V, hence the segment holding the root, where a bisection on the closed form runs in floats (no
-    pass over V per step: the bisection over [1, K] with the full sum took 80 of them). The returned
-    rho is on the feasible side under the full sum (rho >= rho*, 1 - (1 - beta)^K <= rho beta), as
-    the general residual below needs: a closed-form root that rounding leaves infeasible is moved up
-    in steps that double from 2^-44 rho, up to K, which 1 - (1 - beta)^K <= K beta makes feasible
-    (a rounding excess at K is left, as the bisection did). rho = 1 exactly when it is feasible
-    (D = T), so K-SEQ then accepts every candidate.
+    of the others. Tokens of ratio <= 1 are in B and those of ratio >= K in A for every rho in
+    [1, K]; sorting the few ratios inside (1, K) gives g at each of them, hence the segment holding
+    the root, where a bisection on the closed form runs in floats (no pass over V per step: the
+    bisection over [1, K] with the full sum took 80 of them; sorting all V ratios cost 5 ms a call at
+    V = 49,152). The returned rho is on the feasible side under the full sum (rho >= rho*,
+    1 - (1 - beta)^K <= rho beta), as the general residual below needs: a closed-form root that
+    rounding leaves infeasible is moved up in steps that double from 2^-44 rho, up to K, which
+    1 - (1 - beta)^K <= K beta makes feasible (a rounding excess at K is left, as the bisection
+    did). rho = 1 exactly when it is feasible (D = T), so K-SEQ then accepts every candidate.
     """
     k = float(num_drafts)
 
@@ -96,22 +97,24 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
     def excess(rho: np.ndarray) -> np.ndarray:  # g with the full sum, as the verifier forms beta
         return gap(kseq_beta(target, draft, rho), rho)
 
-    ratio = np.divide(target, draft, out=np.full(target.shape, np.inf), where=draft > 0)  # T / D, inf where D = 0
-    order = np.argsort(ratio, axis=-1)
-    ratio = np.take_along_axis(ratio, order, -1)  # [..., V] ascending
-    zero = np.zeros(target.shape[:-1] + (1,))
-    target_below = np.concatenate([zero, np.cumsum(np.take_along_axis(target, order, -1), -1)], -1)  # [..., V + 1]
-    draft_below = np.concatenate([zero, np.cumsum(np.take_along_axis(draft, order, -1), -1)], -1)
-    draft_total = draft_below[..., -1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = target / draft  # T / D: inf where D = 0 < T, nan where both are 0 (in no sum below)
+    fixed_below = np.where(ratio <= 1, target, 0.0).sum(-1)  # B's tokens for every rho in [1, K]
+    fixed_above = np.where(ratio >= k, draft, 0.0).sum(-1)  # A's
+    ratio, target_in, draft_in = _inside(ratio, target, draft, k)  # [..., m] ascending, inf-padded
+    zero = np.zeros(ratio.shape[:-1] + (1,))
+    target_below = fixed_below[..., None] + np.concatenate([zero, np.cumsum(target_in, -1)], -1)  # [..., m + 1]
+    draft_before = np.concatenate([zero, np.cumsum(draft_in, -1)], -1)  # the padding adds 0: rows alone or together alike
+    draft_above = fixed_above[..., None] + (draft_before[..., -1:] - draft_before)
     # g at each ratio inside (1, K), the tokens before it below (T / rho), the rest above (D)
-    inside = (ratio > 1) & (ratio < k)
+    inside = ratio < k
     at = np.where(inside, ratio, 1.0)
-    beta = draft_total - draft_below[..., :-1] + target_below[..., :-1] / at
+    beta = draft_above[..., :-1] + target_below[..., :-1] / at
     infeasible = inside & (gap(beta, at, _power) > 0)  # _power: ** costs a pow call per entry
     high = np.where(inside & ~infeasible, ratio, k).min(-1)  # [...] the first feasible ratio, or K
     low = np.where(infeasible, ratio, 1.0).max(-1)  # the last infeasible ratio, or 1
     below = (ratio <= low[..., None]).sum(-1, keepdims=True)  # tokens below throughout (low, high)
-    above_mass = (draft_total - np.take_along_axis(draft_below, below, -1))[..., 0]  # A
+    above_mass = np.take_along_axis(draft_above, below, -1)[..., 0]  # A
     below_mass = np.take_along_axis(target_below, below, -1)[..., 0]  # B
     rho = np.empty(low.shape)
     for i, (lo, hi, a, b) in enumerate(zip(low.ravel().tolist(), high.ravel().tolist(),
@@ -128,6 +131,22 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
     while np.any(infeasible := (excess(rho) > 0) & (rho < k)):  # K is feasible (Bernoulli's inequality)
         rho, step = np.where(infeasible, np.minimum(rho + step, k), rho), 2 * step
     return np.where(excess(np.ones(rho.shape)) <= 0, 1.0, rho)
+
+
+def _inside(ratio: np.ndarray, target: np.ndarray, draft: np.ndarray, k: float):
+    """The ratios inside (1, K), ascending, with their tokens' T and D: ``[..., m]`` arrays, m the
+    most any row has (at least 1), each row padded after its own with ratio inf and masses 0."""
+    inside = (ratio > 1) & (ratio < k)
+    count = inside.sum(-1)
+    width = max(int(count.max(initial=0)), 1)
+    slots = np.arange(width) < count[..., None]  # [..., m] the places a row's own fill, row-major as the mask
+    out = []
+    for values, fill in ((ratio, np.inf), (target, 0.0), (draft, 0.0)):
+        packed = np.full(slots.shape, fill)
+        packed[slots] = values[inside]
+        out.append(packed)
+    order = np.argsort(out[0], -1)
+    return tuple(np.take_along_axis(a, order, -1) for a in out)
 
 
 def _power(x: np.ndarray, n: int) -> np.ndarray:

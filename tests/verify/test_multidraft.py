@@ -119,6 +119,16 @@ def test_kseq_rho_on_sorted_ratios_matches_a_plain_bisection(vocab):
     np.testing.assert_array_equal(kseq_rho(targets, drafts, 3), [float(kseq_rho(t, d, 3)) for t, d in zip(targets, drafts)])
 
 
+@pytest.mark.parametrize("k", [2, 3])
+def test_kseq_rho_places_ratios_of_exactly_one_and_k(k):
+    # dyadic laws, so T / D is exactly 1 at three tokens and 2 at one: the solver sorts only the
+    # ratios inside (1, K) and counts these in closed form on the side each is on
+    draft = np.full(8, 1 / 8)
+    target = np.array([1 / 8, 1 / 4, 3 / 16, 1 / 16, 1 / 8, 3 / 32, 1 / 8, 1 / 32])
+    rho = float(kseq_rho(target, draft, k))
+    assert rho == pytest.approx(_bisected_rho(target, draft, k), rel=1e-9)
+
+
 def test_kseq_rho_is_the_theorys_and_exactly_one_when_draft_equals_target():
     from draftverify import theory
 
