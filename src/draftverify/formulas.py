@@ -101,21 +101,20 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
         ratio = target / draft  # T / D: inf where D = 0 < T, nan where both are 0 (in no sum below)
     fixed_below = np.where(ratio <= 1, target, 0.0).sum(-1)  # B's tokens for every rho in [1, K]
     fixed_above = np.where(ratio >= k, draft, 0.0).sum(-1)  # A's
-    ratio, target_in, draft_in = _inside(ratio, target, draft, k)  # [..., m] ascending, inf-padded
-    zero = np.zeros(ratio.shape[:-1] + (1,))
-    target_below = fixed_below[..., None] + np.concatenate([zero, np.cumsum(target_in, -1)], -1)  # [..., m + 1]
-    draft_before = np.concatenate([zero, np.cumsum(draft_in, -1)], -1)  # the padding adds 0: rows alone or together alike
-    draft_above = fixed_above[..., None] + (draft_before[..., -1:] - draft_before)
+    ratio, masses = _inside(ratio, target, draft, k)  # [..., m] ascending, inf-padded; [2, ..., m] their T, D
+    split = np.zeros(masses.shape[:-1] + (masses.shape[-1] + 1,))  # [2, ..., m + 1]: B and A before each ratio
+    np.cumsum(masses, -1, out=split[..., 1:])  # the padding adds 0: rows alone or together alike
+    split[0] += fixed_below[..., None]
+    split[1] = fixed_above[..., None] + (split[1, ..., -1:] - split[1])
     # g at each ratio inside (1, K), the tokens before it below (T / rho), the rest above (D)
     inside = ratio < k
     at = np.where(inside, ratio, 1.0)
-    beta = draft_above[..., :-1] + target_below[..., :-1] / at
+    beta = split[1, ..., :-1] + split[0, ..., :-1] / at
     infeasible = inside & (gap(beta, at, _power) > 0)  # _power: ** costs a pow call per entry
     high = np.where(inside & ~infeasible, ratio, k).min(-1)  # [...] the first feasible ratio, or K
     low = np.where(infeasible, ratio, 1.0).max(-1)  # the last infeasible ratio, or 1
     below = (ratio <= low[..., None]).sum(-1, keepdims=True)  # tokens below throughout (low, high)
-    above_mass = np.take_along_axis(draft_above, below, -1)[..., 0]  # A
-    below_mass = np.take_along_axis(target_below, below, -1)[..., 0]  # B
+    below_mass, above_mass = np.take_along_axis(split, below[None], -1)[..., 0]  # B, A
     rho = np.empty(low.shape)
     for i, (lo, hi, a, b) in enumerate(zip(low.ravel().tolist(), high.ravel().tolist(),
                                            above_mass.ravel().tolist(), below_mass.ravel().tolist())):
@@ -134,19 +133,17 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
 
 
 def _inside(ratio: np.ndarray, target: np.ndarray, draft: np.ndarray, k: float):
-    """The ratios inside (1, K), ascending, with their tokens' T and D: ``[..., m]`` arrays, m the
-    most any row has (at least 1), each row padded after its own with ratio inf and masses 0."""
+    """The ratios inside (1, K), ascending (``[..., m]``, m the most any row has, at least 1), and
+    their tokens' T and D (``[2, ..., m]``); each row padded after its own with ratio inf and masses 0."""
     inside = (ratio > 1) & (ratio < k)
     count = inside.sum(-1)
-    width = max(int(count.max(initial=0)), 1)
-    slots = np.arange(width) < count[..., None]  # [..., m] the places a row's own fill, row-major as the mask
-    out = []
-    for values, fill in ((ratio, np.inf), (target, 0.0), (draft, 0.0)):
-        packed = np.full(slots.shape, fill)
-        packed[slots] = values[inside]
-        out.append(packed)
-    order = np.argsort(out[0], -1)
-    return tuple(np.take_along_axis(a, order, -1) for a in out)
+    slots = np.arange(max(int(count.max(initial=0)), 1)) < count[..., None]  # [..., m], row-major as the mask
+    packed = np.zeros((3,) + slots.shape)
+    packed[0] = np.inf
+    packed[:, slots] = ratio[inside], target[inside], draft[inside]
+    order = np.argsort(packed[0], -1)[None]
+    packed = np.take_along_axis(packed, order, -1)
+    return packed[0], packed[1:]
 
 
 def _power(x: np.ndarray, n: int) -> np.ndarray:
