@@ -33,7 +33,7 @@ def generate(
         max=1.0, callback=above(0.0), help="Keep the smallest set of tokens of mass >= p (0 < p <= 1).",
         show_default="1")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate at most.")] = 64,
-    stop: Annotated[list[str], typer.Option(metavar="TEXT", help="A stop string (repeatable).",
+    stop: Annotated[list[str], typer.Option(metavar="TEXT", help="A stop string (repeatable); the text ends with the token that completes it, as in transformers.",
                                             show_default="none")] = [],
     seed: Seed = 0,
     target: TargetFolder = None,
