@@ -33,8 +33,8 @@ def generate(
         max=1.0, callback=above(0.0), help="Keep the smallest set of tokens of mass >= p (0 < p <= 1).",
         show_default="1")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate at most.")] = 64,
-    stop: Annotated[list[str], typer.Option(metavar="TEXT", help="A stop string (repeatable); the text ends with the token that completes it, as in transformers.",
-                                            show_default="none")] = [],
+    stop: Annotated[list[str], typer.Option(metavar="TEXT", show_default="none", help=(
+        "A stop string (repeatable); the text ends with the token that completes it, as in transformers."))] = [],
     seed: Seed = 0,
     target: TargetFolder = None,
     draft: Annotated[str | None, typer.Option(help="Draft folder (a transformers model, a feature draft or an "
