@@ -143,3 +143,37 @@ def test_checker_refuses_what_is_not_a_verifier_or_its_arguments():
 
     with pytest.raises(ValueError, match="not a VerifyResult"):
         check_exactness(ReturnsNone(), samples=2)
+
+
+def test_rare_outcomes_pool_into_bins_of_expected_count_at_least_five():
+    # 100 samples: cells of expected count 48, 48, 2, 2; the rare ones pooled (4) still fall short
+    # of 5, so they join the smaller kept cell: two bins, one degree of freedom
+    law = np.array([0.48, 0.48, 0.02, 0.02])
+    p_value, _, dof = goodness_of_fit(np.array([48.0, 48.0, 2.0, 2.0]), law)
+    assert dof == 1 and p_value == pytest.approx(1.0)
+    # pooled to 10 they keep a bin of their own
+    law = np.array([0.45, 0.45, 0.04, 0.03, 0.03])
+    assert goodness_of_fit(np.array([45.0, 45.0, 4.0, 3.0, 3.0]), law)[2] == 2
+
+
+def test_a_deviation_inside_a_pooled_bin_is_not_claimed_detectable():
+    # twenty cells of expected count 2 share one bin of mass 0.2: a law that moves all of it onto
+    # one of them (TV 0.19) gives the same binned counts, so no TV below 0.19 may be promised
+    law = np.concatenate([[0.3, 0.3, 0.2], np.full(20, 0.01)])
+    samples, threshold = 200, 1e-3
+    alternative = np.concatenate([[0.3, 0.3, 0.2, 0.2], np.zeros(19)])
+    rng = np.random.default_rng(0)
+    rejected = [goodness_of_fit(rng.multinomial(samples, alternative).astype(float), law)[0] <= threshold
+                for _ in range(500)]
+    assert np.mean(rejected) < 0.05  # the test does not see it
+    assert detectable_tv(law, samples, threshold) >= 0.5 * np.abs(alternative - law).sum()
+
+
+def test_inconclusive_exactly_when_the_detectable_tv_exceeds_the_stated_one():
+    report = check_exactness("sd", draft_length=1, num_tokens=2, samples=400, seed=3)
+    assert report.p_value > report.threshold and report.dof >= 1
+    tv = report.detectable_tv
+    below = check_exactness("sd", draft_length=1, num_tokens=2, samples=400, seed=3, detect_tv=0.99 * tv)
+    above = check_exactness("sd", draft_length=1, num_tokens=2, samples=400, seed=3, detect_tv=1.01 * tv)
+    assert below.detectable_tv == above.detectable_tv == tv and below.p_value == above.p_value == report.p_value
+    assert below.status == INCONCLUSIVE and above.status == PASSED, (below, above)
