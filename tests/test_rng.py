@@ -74,6 +74,16 @@ def test_categorical_draws_what_inverse_cdf_draws_from_the_same_uniform():
             assert one == int(rng.inverse_cdf(weights[None], uniform)[0]) and weights[one] > 0
 
 
+def test_categorical_at_the_edge_uniforms_draws_what_inverse_cdf_draws(monkeypatch):
+    # u = 0 and u * total exactly on a cumulative weight: the first index whose cumulative weight
+    # exceeds the point, never a zero weight before it (random uniforms almost never land there)
+    weights = torch.tensor([0.0, 2.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    for u, expected in ((0.0, 1), (2 / 3, 3), (0.5, 1)):
+        monkeypatch.setattr(rng, "_uniforms", lambda shape, generator, u=u: torch.full((shape,), u, dtype=torch.float64))
+        assert rng.categorical(weights, None) == expected
+        assert int(rng.inverse_cdf(weights[None], torch.tensor([u], dtype=torch.float64))[0]) == expected
+
+
 def test_a_bounded_coin_tests_the_smaller_probability_and_skips_what_it_cannot_use():
     calls = []
 
