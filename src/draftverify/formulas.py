@@ -82,7 +82,7 @@ def kseq_rho(target: np.ndarray, draft: np.ndarray, num_drafts: int) -> np.ndarr
     of the others. Tokens of ratio <= 1 are in B and those of ratio >= K in A for every rho in
     [1, K]; sorting the few ratios inside (1, K) gives g at each of them, hence the segment holding
     the root, where a bisection on the closed form runs in floats (no pass over V per step: the
-    bisection over [1, K] with the full sum took 80 of them; sorting all V ratios cost 5 ms a call at
+    bisection over [1, K] with the full sum took 80 of them; sorting all V ratios cost 2-5 ms a call at
     V = 49,152). The returned rho is on the feasible side under the full sum (rho >= rho*,
     1 - (1 - beta)^K <= rho beta), as the general residual below needs: a closed-form root that
     rounding leaves infeasible is moved up in steps that double from 2^-44 rho, up to K, which
