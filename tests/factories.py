@@ -112,7 +112,8 @@ def tiny_pair(vocab: int, *, tokenizer: Any = None, **options: Any) -> tuple[Tra
 # the environment of a fresh interpreter (subprocess) that imports the draftverify this process imported: a
 # worktree's, not the one installed beside it
 FRESH_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(Path(draftverify.__file__).resolve().parent.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    filter(None, [str(Path(draftverify.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")]))}
+
 
 def tiny_feature_pair(vocab: int, subset: torch.Tensor, *, seed: int = 0, quantize: str | None = None,
                       layers: int = 1, fusion: tuple[int, ...] = ()) -> tuple[TransformersModel, FeatureDraft]:
