@@ -3,7 +3,7 @@ from them (draft tokens sampled from their draft rows), one-hot rows, conditiona
 theory (random, order-1, or a known-law Markov model's) and a hypothesis strategy of distribution
 pairs; the engine's models of a known-law pair; the tiny random transformer pair (as models, or
 written to folders for the command line); a tiny feature-draft pair; weights made of GGML blocks and a tiny Llama of them; any registered verifier; the synthetic SPRINTER
-classifier of given rates. The broken twins are in ``tests/verify/broken_twins.py`` and
+classifier of given rates and a linear one that reads the draft's law alone. The broken twins are in ``tests/verify/broken_twins.py`` and
 ``tests/testing/conform_twins.py``."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import draftverify
 from draftverify import get_verifier, verifiers
+from draftverify.approx import FeatureSpec, LinearClassifier
 from draftverify.models.feature_draft import FeatureDraft, FeatureHead
 from draftverify.models.ggml_blocks import BLOCK, dequantize, random_q4_1
 from draftverify.models.hf import TransformersModel
@@ -175,6 +176,13 @@ class RateClassifier:
         rates = [torch.from_numpy(np.broadcast_to(r, (draft_probs.shape[-1],)).copy())[tokens.long()]
                  for r in (self.false_positive_rate, self.true_positive_rate)]
         return torch.where(unacceptable, rates[0], rates[1])  # [N] float64
+
+
+def probability_classifier(weights: tuple[float, float] = (1.0, 0.3), bias: float = 0.6) -> LinearClassifier:
+    """A SPRINTER classifier that decides from log D(x) and the entropy of D only (no hidden
+    state), so on a Markov pair its decision is a function of the context and the drafted token and
+    the predicted law is again a Markov chain; with the defaults it says both yes and no."""
+    return LinearClassifier(np.array(weights), bias, np.zeros(2), np.ones(2), FeatureSpec(hidden=False), 1.0)
 
 
 def q4_1_weight(shape: tuple[int, int], seed: int) -> torch.Tensor:

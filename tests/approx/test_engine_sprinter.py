@@ -13,17 +13,10 @@ from draftverify.approx import FeatureSpec, LinearClassifier, Sprinter, load_cla
 from draftverify.models.hidden import draft_fingerprint
 from draftverify.engine import DecodeConfig, Decoder, generate_batch
 from draftverify.testing import MarkovModel, goodness_of_fit, random_pair
-from tests.factories import random_distributions, tiny_pair, toy_models
+from tests.factories import probability_classifier, random_distributions, tiny_pair, toy_models
 
 VOCAB, NUM_TOKENS, SAMPLES = 3, 4, 2500
 STRICT, BROKEN = 1e-3, 1e-6
-PROBS_ONLY = FeatureSpec(hidden=False)
-
-
-def probability_classifier(weights=(1.0, 0.3), bias=0.6) -> LinearClassifier:
-    """Decides from log D(x) and the entropy of D only, so on a Markov pair its decisions depend
-    on the context and the drafted token: the predicted law is again a Markov chain."""
-    return LinearClassifier(np.array(weights), bias, np.zeros(2), np.ones(2), PROBS_ONLY, 1.0)
 
 
 def predicted_chain(pair, classifier, threshold) -> MarkovModel:
