@@ -62,6 +62,29 @@ def test_probe_fails_its_twin_and_passes_the_plain_sd(twin, check):
     assert conform(twins.FlatSD(), layout="flattened", checks=[check]).checks[0].status == "pass"
 
 
+def test_every_scripted_uniform_is_run():
+    """one-hot-target scripts 0, 1/2 and the top uniform in turn: the unnormalised draw overruns its
+    residual at the top one only."""
+    found = conform(twins.UnnormalisedDraw(), layout="flattened", checks=["one-hot-target"]).checks[0]
+    assert found.status == "fail" and found.detail.startswith("uniforms = 1 - 2^-m"), found.detail
+
+
+@pytest.mark.parametrize("check", ["zero-draft-rows", "ragged-batch"])
+def test_batch_probes_also_check_the_support(check):
+    """Their random rows give tokens 0 and 5 target probability 0, as the scripted probes' rows do:
+    |T - D| for the residual commits them, in a batch as alone."""
+    found = conform(twins.AbsoluteResidual(), layout="flattened", checks=[check]).checks[0]
+    assert found.status == "fail" and "target probability 0" in found.detail, found.detail
+
+
+def test_a_law_check_without_the_power_to_judge_is_inconclusive_and_no_pass():
+    """200 samples detect only a TV of about 0.5 where the check judges at 0.25: inconclusive whatever
+    the p-value, and the report does not pass."""
+    report = conform(twins.FlatSD(), layout="flattened", checks=["law"], samples=200)
+    assert report.checks[0].status == "inconclusive" and "too few samples" in report.checks[0].detail
+    assert not report.passed
+
+
 def test_support_failures_carry_their_effect_on_the_law():
     found = conform(twins.LessOrEqualCoin(), layout="flattened", checks=["uniform-zero"]).checks[0]
     # drafted token 2 (draft probability 0.3) accepted at u = 0: the row's two float64 uniforms scripted
