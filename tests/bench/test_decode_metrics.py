@@ -50,6 +50,17 @@ def test_bootstrap_ratio_value_interval_and_determinism():
     assert paired == metrics.Interval(2.0, 2.0, 2.0)  # same units: every resample gives the ratio 2
 
 
+def test_bootstrap_intervals_are_95_percent_ones():
+    """Over 400 units the percentile intervals of the ratio and of the mean span about 1.96 standard
+    errors either side (the normal approximation, well met at this size; 1000 resamples): a 50%
+    interval would span 0.67."""
+    values = np.random.default_rng(3).exponential(size=400)
+    standard_error = values.std(ddof=1) / np.sqrt(values.size)
+    for interval in (metrics.bootstrap_ratio(values, np.ones(values.size)), metrics.bootstrap_mean(values)):
+        assert interval.value == pytest.approx(values.mean())
+        assert 1.7 * standard_error < (interval.high - interval.low) / 2 < 2.25 * standard_error
+
+
 def _record(method, accepted, tokens, seconds, target_calls, prompt, length=3, temperature=1.0, draft_seconds=0.0):
     return dict(key=method, label=method, method=method, options=[], num_drafts=1, draft_length=length if accepted else 0,
                 temperature=temperature, top_k=None, draft="draft" if accepted else None, prompt=prompt, seed=0,

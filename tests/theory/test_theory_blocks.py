@@ -93,6 +93,17 @@ def test_proposition_5_2_full_acceptance_bound_holds(vocab, length, seed):
         assert bound.exact == pytest.approx(bound.bound_target)  # tight for one token
 
 
+def test_proposition_5_2_weighs_each_later_tv_by_its_prefix_law():
+    """L = 2 by hand: 1 - TV(T_0, D_0) - sum_x P(x) TV(T_1(.|x), D_1(.|x)), P the target's first
+    law or the draft's; exact P(A = 2) = sum_x min(T_0, D_0)(x) (1 - TV(T_1(.|x), D_1(.|x)))."""
+    target = [np.array([0.5, 0.0, 0.5]), np.tile([0.5, 0.0, 0.5], (3, 1))]
+    draft = [np.array([0.3, 0.7, 0.0]), np.array([[0.25, 0.5, 0.25], [0.5, 0.0, 0.5], [0.5, 0.0, 0.5]])]
+    bound = theory.full_acceptance_bound(target, draft)  # TV(T_0, D_0) = 0.7; after token 0 the TV is 0.5, else 0
+    assert bound.bound_target == pytest.approx(1 - 0.7 - 0.5 * 0.5)
+    assert bound.bound_draft == pytest.approx(1 - 0.7 - 0.3 * 0.5)
+    assert bound.exact == pytest.approx(0.3 * 0.5)
+
+
 def test_proposition_5_2_exact_value_matches_simulation():
     pair = random_pair(vocab_size=3, order=2, seed=1)
     target, draft = markov_tables(pair.target, 3), markov_tables(pair.draft, 3)
