@@ -61,19 +61,20 @@ def test_bootstrap_intervals_are_95_percent_ones():
         assert 1.7 * standard_error < (interval.high - interval.low) / 2 < 2.25 * standard_error
 
 
-def _record(method, accepted, tokens, seconds, target_calls, prompt, length=3, temperature=1.0, draft_seconds=0.0):
+def _record(method, accepted, tokens, seconds, target_calls, prompt, length=3, temperature=1.0, draft_seconds=0.0,
+            heap_peak=1 << 20):
     return dict(key=method, label=method, method=method, options=[], num_drafts=1, draft_length=length if accepted else 0,
                 temperature=temperature, top_k=None, draft="draft" if accepted else None, prompt=prompt, seed=0,
                 tokens=list(tokens), seconds=seconds, arrivals=[seconds * (i + 1) / len(tokens) for i in range(len(tokens))],
                 counts=[1] * len(tokens), accepted=accepted or [0] * len(tokens), target_calls=target_calls,
                 draft_calls=length * len(accepted) if accepted else 0, target_seconds=seconds / 2,
-                draft_seconds=draft_seconds, verify_seconds=0.0, heap_peak=1 << 20, weights=0, ot_solves=0, ot_fallbacks=0,
+                draft_seconds=draft_seconds, verify_seconds=0.0, heap_peak=heap_peak, weights=0, ot_solves=0, ot_fallbacks=0,
                 text=" ".join(map(str, tokens)))
 
 
 def test_summary_of_hand_built_runs():
     ar = [_record("ar", None, range(8), 1.0, 8, prompt=p) for p in (0, 1)]
-    sd = [_record("sd", [0, 2], range(8), 0.5, 2, prompt=0, draft_seconds=0.06),
+    sd = [_record("sd", [0, 2], range(8), 0.5, 2, prompt=0, draft_seconds=0.06, heap_peak=3 << 20),
           _record("sd", [3, 1], range(8), 0.25, 2, prompt=1, draft_seconds=0.06)]
     rows = {r["method"]: r for r in summarize(ar + sd, {"sd": True})}
     row = rows["sd"]
@@ -86,6 +87,10 @@ def test_summary_of_hand_built_runs():
     a = 6 / 9
     assert row["tokens_per_step_theory"] == pytest.approx((1 - a**4) / (1 - a))
     assert row["speedup_theory"] == pytest.approx(row["tokens_per_step_theory"] / (1 + 3 * row["cost_ratio"]))
+    assert row["speedup_plugin"] == pytest.approx(4 / (1 + 3 * 0.16))  # the measured k in the same formula
+    # a target call: 0.375 s over 4 calls against ar's 1.0 s over 16; memory: sd's 3 MB peak against ar's 1
+    assert row["target_call_ratio"] == pytest.approx((0.375 / 4) / (1.0 / 16))
+    assert (row["peak_mb"], row["memory_overhead_mb"]) == pytest.approx((3.0, 2.0))
     assert row["accepted_histogram"] == [1, 1, 1, 1]
     assert row["rouge_l_vs_ar"]["value"] == pytest.approx(1.0)  # same text
     assert rows["ar"]["speedup"]["value"] == pytest.approx(1.0) and "acceptance" not in rows["ar"]
