@@ -56,6 +56,16 @@ def test_theorem_r_1_bound_is_tight_for_one_erring_step_and_loose_when_errors_co
     assert every_step.exact < every_step.bound == pytest.approx(0.6)
 
 
+def test_theorem_r_1_bound_weighs_each_step_by_the_targets_prefix_law():
+    """The approximation errs after token 1, which the target never emits first and the
+    approximation does half the time: E_{x ~ T} counts that error 0 times, E_{x ~ A} would count it
+    half; the worst case counts it whole. Exact: T^(2) = {00: 1}, A^(2) = {00: 1/2, 11: 1/2}."""
+    target = [np.array([1.0, 0.0]), np.array([[1.0, 0.0], [1.0, 0.0]])]
+    approx = [np.array([0.5, 0.5]), np.array([[1.0, 0.0], [0.0, 1.0]])]
+    error = theory.multi_step_error(target, approx)
+    assert (error.exact, error.bound, error.worst_case) == pytest.approx((1.0, 1.0, 3.0))
+
+
 def test_global_resolution_solver_respects_the_seed_bounds():
     rng = np.random.default_rng(3)
     tau = 1e-3

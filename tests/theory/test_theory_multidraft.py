@@ -78,6 +78,7 @@ def test_multidraft_acceptance_uses_the_ot_alpha_star():
     assert values.optimal == pytest.approx(0.85)  # 1 + (T(b) - D(b)^2) = 1 - 0.15
     assert values.optimal == pytest.approx(brute_force_alpha_star(target, draft, 2))
     assert values.single == pytest.approx(0.6)
+    assert values.kseq_guarantee == pytest.approx((1 - np.exp(-1)) * 0.85)  # of alpha*, not of K-SEQ's own
     assert values.kseq_guarantee <= values.kseq <= values.optimal
 
 
