@@ -2,9 +2,10 @@
 from them (draft tokens sampled from their draft rows), one-hot rows, conditional tables for the
 theory (random, order-1, or a known-law Markov model's) and a hypothesis strategy of distribution
 pairs; the engine's models of a known-law pair; the tiny random transformer pair (as models, or
-written to folders for the command line); a tiny feature-draft pair; weights made of GGML blocks and a tiny Llama of them; any registered verifier; the synthetic SPRINTER
-classifier of given rates and a linear one that reads the draft's law alone. The broken twins are in ``tests/verify/broken_twins.py`` and
-``tests/testing/conform_twins.py``."""
+written to folders for the command line); a tiny feature-draft pair; weights made of GGML blocks
+and a tiny Llama of them; any registered verifier; the synthetic SPRINTER classifier of given rates
+and a linear one that reads the draft's law alone. The broken twins are in
+``tests/verify/broken_twins.py`` and ``tests/testing/conform_twins.py``."""
 
 from __future__ import annotations
 

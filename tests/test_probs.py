@@ -25,7 +25,8 @@ def test_valid_rows_pass_in_both_dtypes_within_their_tolerance():
         (lambda r: r.masked_fill(torch.arange(5) == 2, float("nan")), "NaN or infinite"),
         (lambda r: r.masked_fill(torch.arange(5) == 2, float("inf")), "NaN or infinite"),
         (lambda r: r - 0.1 * (torch.arange(5) == 0) + 0.1 * (torch.arange(5) == 1), "negative"),
-        (lambda r: r - (0.05 + 1e-12) * (torch.arange(5) == 0) + (0.05 + 1e-12) * (torch.arange(5) == 1), "negative"),  # no slack
+        (lambda r: r + (0.05 + 1e-12) * ((torch.arange(5) == 1).double() - (torch.arange(5) == 0).double()),
+         "negative"),  # an entry of -1e-12: no slack
         (lambda r: r.long(), "dtype must be float32 or float64"),
         (lambda r: r[:, :0], "empty"),
         (lambda r: r * 2, "nothing is renormalised"),

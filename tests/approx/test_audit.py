@@ -20,6 +20,8 @@ from draftverify.testing import random_pair
 from tests.factories import probability_classifier, toy_models
 
 PROMPT = 'def add(a, b):\n    """Return the sum of a and b."""\n    return a + b\n\n\ndef mean(values):\n'
+VOCAB, DRAFT_LENGTH = 3, 3
+KNOWN = random_pair(vocab_size=VOCAB, order=2, seed=3)  # the known-law pair the audit is checked on
 
 
 def test_teacher_forced_rows_of_the_embedded_target_pass_the_float64_checks():
@@ -29,10 +31,6 @@ def test_teacher_forced_rows_of_the_embedded_target_pass_the_float64_checks():
                                dict(temperature=1.0, top_k=None, top_p=None))
     assert probs.dtype.is_floating_point and probs.dtype.itemsize == 8
     check_distributions(probs, "target_probs")
-
-
-VOCAB, DRAFT_LENGTH = 3, 3
-KNOWN = random_pair(vocab_size=VOCAB, order=2, seed=3)
 
 
 def audited(prompts: list[list[int]], num_tokens: int, seed: int, **warping):
@@ -79,8 +77,8 @@ def test_each_audited_decision_is_measured_at_its_own_prefix(warping):
             assert audit.tv_theory[k] == pytest.approx(float((eta * np.maximum(draft - target, 0)).sum()), abs=1e-12)
             assert audit.acceptance_theory[k] == pytest.approx(
                 float(np.minimum(target, draft).sum() + (eta * np.maximum(draft - target, 0)).sum()), abs=1e-12)
-            assert audit.kl_theory[k] == pytest.approx(float(sum(v * np.log(v / t) for v, t in zip(law, target) if v > 0)),
-                                                       abs=1e-12)
+            kl = sum(v * np.log(v / t) for v, t in zip(law, target) if v > 0)
+            assert audit.kl_theory[k] == pytest.approx(float(kl), abs=1e-12)
             decisions += 1
     assert decisions > 100
 
