@@ -101,6 +101,13 @@ def test_subset_selection_is_a_ratio_prefix_and_alpha_grows_with_n():
     assert alphas[0] == pytest.approx(np.minimum(target, draft).sum())  # n = 1: 1 - TV
 
 
+def test_the_subset_is_the_shortest_minimising_prefix():
+    """Token 1 has T = D: with it or without it, T(H) - D(H) is -1/8 (dyadic: an exact tie); H* is
+    the shorter, {0}."""
+    alpha, subset = ot.optimal_subset(np.array([0.5, 0.25, 0.25]), np.array([0.625, 0.25, 0.125]), 1)
+    assert alpha == 0.875 and subset.tolist() == [0]
+
+
 @pytest.mark.parametrize(
     "target,draft,n",
     [
