@@ -113,6 +113,8 @@ def test_the_subset_is_the_shortest_minimising_prefix():
     [
         ([0.01, 0.197, 0.197, 0.002, 0.471, 0.123], [0.24, 0.16, 0.074, 0.21, 0.311, 0.005], 2),
         ([0.034, 0.221, 0.003, 0.742], [0.093, 0.14, 0.3, 0.468], 4),
+        # a block of two after a block of one: its background holds the earlier block's draft mass
+        ([0.339, 0.036, 0.421, 0.153, 0.025, 0.027], [0.149, 0.016, 0.017, 0.061, 0.016, 0.741], 3),
     ],
 )
 def test_outer_blocks_are_exercised_and_exact(target, draft, n):
@@ -122,6 +124,7 @@ def test_outer_blocks_are_exercised_and_exact(target, draft, n):
     sizes = np.diff(np.append(instance.outer_blocks(), instance.outer_tokens.size))
     assert sizes.max() >= 2
     plan = ot.solve(target, draft, n, method="gr", tol=1e-6)
+    assert plan.converged and plan.fallback is None  # Global Resolution's own plan, not the exact fallback's
     acceptance, law = enumerated(plan, target, draft, n)
     assert acceptance == pytest.approx(_brute_force_alpha(target, draft, n), abs=2e-6)
     assert np.abs(law - target).sum() <= 3e-6
