@@ -379,6 +379,34 @@ def test_a_step_on_stored_normalizers_is_the_step_on_the_whole_output_layer(targ
             train_feature_head(head, target.model, rows, config, tmp_path / "bad", log=lambda _: None, normalizers=bad)
 
 
+def test_a_feature_run_resumed_from_its_checkpoint_trains_as_an_uninterrupted_one(target_folder, tmp_path, monkeypatch):
+    """Three steps in one run, and one step then two more resumed from the checkpoint, land on the
+    same weights: each step's gradient is its own (a gradient left from the step before, which the
+    resumed run does not have, moves them elsewhere) and its batch and noise are drawn by step."""
+    from draftverify.train import draft_pipeline
+    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
+    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
+                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    target = TransformersModel.from_pretrained(target_folder)
+    rows = load_feature_rows(tmp_path / "work" / "teacher")
+    settings = dict(vocab=12, bucket=4, batch_size=2, lr=1e-2, warmup=0, unroll=2, calibration=0, checkpoint_every=1)
+    whole = new_head(target.model, rows, FeatureDraftConfig(steps=3, **settings))
+    start = whole.fc.weight.detach().clone()
+    train_feature_head(whole, target.model, rows, FeatureDraftConfig(steps=3, **settings), tmp_path / "whole",
+                       log=lambda _: None)
+    for steps in (1, 3):  # the cosine's first step is lr whatever the length: the same first step
+        parts = new_head(target.model, rows, FeatureDraftConfig(steps=steps, **settings))
+        figures = train_feature_head(parts, target.model, rows, FeatureDraftConfig(steps=steps, **settings),
+                                     tmp_path / "parts", log=lambda _: None)
+    assert figures["step"] == 3
+    for key, value in whole.state_dict().items():
+        torch.testing.assert_close(parts.state_dict()[key], value, atol=1e-6, rtol=1e-5)
+    assert not torch.equal(whole.fc.weight, start)
+
+
 def test_a_bfloat16_step_computes_the_float32_losses_to_bfloat16_precision(target_folder, tmp_path, monkeypatch):
     """``precision="bfloat16"`` runs the head's layers under autocast (the labels, the output layer and
     the losses stay float32): one step from the same head on the same batch logs the float32 step's
