@@ -159,6 +159,11 @@ class Decomposed:
         return bound if np.isfinite(bound) else np.inf  # a NaN deviation certifies nothing
 
     def converged(self) -> bool:
+        """Whether the requested method served every part solved so far without the fallback; on a
+        plan that has solved none yet, both parts are solved first (a plan that judged nothing says
+        nothing, not True)."""
+        if not self.parts:
+            self.part("outer"), self.part("inner")
         return not self.used_fallback and all(part.trusted for part in self.parts.values())
 
     def timings(self) -> dict[str, float]:
@@ -176,8 +181,9 @@ class TransportPlan:
     gradient norms; for ``gr`` it includes 1e-7 per system for the quadrature of the
     generating-function evaluation, an allowance checked against enumeration rather than proven; 0
     for exact methods, whose only error is float rounding). ``converged`` says whether the requested
-    method succeeded on every part solved so far; ``fallback`` names the exact method that served
-    the parts where it did not.
+    method succeeded on every part solved so far, on a plan that has solved none yet both parts solved
+    first (until 2026-12-01 it read True there, judging nothing); ``fallback`` names the exact method
+    that served the parts where it did not (None while none has).
     Decomposed methods solve a part on first need: ``acceptance``, ``target_error`` and
     ``error_bound`` solve both parts; ``timings`` lists the parts solved so far (seconds).
     """
