@@ -46,6 +46,30 @@ def test_training_separates_and_stops_early_and_round_trips(tmp_path):
     assert loaded.ratio_threshold == 1.2 and loaded.spec == spec
 
 
+def test_the_classifier_is_its_best_epoch_judged_on_the_heldout_split_alone():
+    """What training returns is read on the held-out split (``_split``, by group): its weights are
+    the best epoch's (their held-out loss is the one recorded, below the last epoch's), the
+    standardisation is the training split's, the ROC and the yes-share thresholds are the held-out
+    scores'."""
+    from draftverify.approx.classifier import _split
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1000, 3))
+    labels = (x[:, 0] + rng.normal(size=1000) > 0).astype(int)
+    spec = FeatureSpec(hidden=True, log_draft_prob=False, entropy=False)
+    classifier, roc = train_classifier(x, labels, spec=spec, ratio_threshold=1.0, hidden_size=3, max_epochs=200,
+                                       patience=3, learning_rate=0.3, batch_size=50)
+    info, heldout = classifier.info, _split(np.arange(1000), 0.2, 0)
+    assert info["epochs_run"] < 200 and info["best_epoch"] == info["epochs_run"] - 4  # it stopped after its best
+    scores = classifier.score(torch.from_numpy(x[heldout])).numpy()
+    loss = -np.mean(labels[heldout] * np.log(scores) + (1 - labels[heldout]) * np.log(1 - scores))
+    assert loss == pytest.approx(info["heldout_loss"], rel=1e-5)
+    np.testing.assert_allclose(classifier.mean, x[~heldout].mean(0), rtol=1e-12)
+    assert roc.auc == pytest.approx(brute_force_auc(scores, labels[heldout]), abs=1e-12)
+    for share, threshold in info["yes_share_thresholds"].items():
+        assert (scores >= threshold).mean() == pytest.approx(float(share), abs=0.01)
+
+
 def test_labels_and_bad_input():
     np.testing.assert_array_equal(labels_for(np.array([0.5, 1.0, 1.2, 1.3, np.inf]), 1.2), [1, 1, 1, 0, 0])
     with pytest.raises(ValueError, match="NaN"):
