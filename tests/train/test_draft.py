@@ -488,8 +488,11 @@ def test_an_ngram_run_counts_every_shard_folder_and_loads(target_folder, tmp_pat
 
 
 def test_the_subset_is_the_most_frequent_answer_tokens():
-    rows = [(np.array([9, 9, 1, 1, 1, 4, 2]), 2, None, None), (np.array([5, 4, 4, 3]), 1, None, None)]
-    assert frequent_tokens(rows, 2, 10).tolist() == [1, 4]  # 1: three times, 4: three times, 2 3: once
+    rows = [(np.array([9, 0, 1, 1, 1, 4, 2]), 2, None, None), (np.array([0, 4, 4, 3]), 1, None, None),
+            (np.array([5, 0, 2]), 2, None, None)]
+    # 1: three times, 4: three times, 2: twice, 3: once; 0 ends every prompt (three times) and is not counted
+    assert frequent_tokens(rows, 2, 10).tolist() == [1, 4]
+    assert frequent_tokens(rows, 1, 10).tolist() == [1]  # a tie goes to the smaller id
     with pytest.raises(ValueError, match="vocab"):
         frequent_tokens(rows, 11, 10)
 
