@@ -407,6 +407,43 @@ def test_a_feature_run_resumed_from_its_checkpoint_trains_as_an_uninterrupted_on
     assert not torch.equal(whole.fc.weight, start)
 
 
+def test_a_steps_logged_acceptance_is_the_heads_teacher_forced_acceptance_on_its_batch(target_folder, tmp_path,
+                                                                                       monkeypatch):
+    """Without noise, the acceptance a training step logs (1 - its total variation, before the step)
+    is the head's teacher-forced acceptance sum_x min(T(x), D(x)) on the answers of the step's batch
+    as :func:`.heldout.ahead_acceptance` computes it from a pass of the target over the text (not
+    from the stored features: equal to their float16 rounding); with the training-time test over
+    three passes it is the mean of the passes, within the range of the drafted-ahead acceptances."""
+    import copy
+
+    from draftverify.train import draft_pipeline
+    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
+    from draftverify.train.heldout import ahead_acceptance
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 4)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=6, top_k=4, prompts_per_shard=4)
+    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
+                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    target = TransformersModel.from_pretrained(target_folder)
+    rows = load_feature_rows(tmp_path / "work" / "teacher")
+    for unroll in (1, 3):
+        config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=3, steps=1, warmup=0, noise=0.0, unroll=unroll,
+                                    calibration=0)
+        head = new_head(target.model, rows, config)
+        with torch.no_grad():  # the tiny target's output layer gives near-uniform laws whatever the features: sharpen
+            head.head.weight.mul_(30.0)
+        before = copy.deepcopy(head).eval()
+        logged = train_feature_head(head, target.model, rows, config, tmp_path / f"u{unroll}", log=lambda _: None)
+        batch = np.random.default_rng(config.seed * 100_003).choice(len(rows), config.batch_size, replace=False)
+        ahead = [torch.cat(per_q) for per_q in zip(*(ahead_acceptance(target, before, rows[i][0][:rows[i][1]],
+                                                                      rows[i][0][rows[i][1]:], unroll) for i in batch))]
+        if unroll == 1:
+            assert logged["acceptance"] == pytest.approx(float(ahead[0].mean()), abs=5e-4)
+        else:
+            means = [float(values.mean()) for values in ahead]
+            assert min(means) - 0.02 <= logged["acceptance"] <= max(means) + 0.02
+
+
 def test_a_bfloat16_step_computes_the_float32_losses_to_bfloat16_precision(target_folder, tmp_path, monkeypatch):
     """``precision="bfloat16"`` runs the head's layers under autocast (the labels, the output layer and
     the losses stay float32): one step from the same head on the same batch logs the float32 step's
