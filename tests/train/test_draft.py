@@ -99,6 +99,18 @@ def test_rows_that_have_answered_leave_the_batch_without_changing_the_others(tar
         torch.testing.assert_close(answered.features[b], expected, atol=2e-3, rtol=2e-3)
 
 
+def test_each_labelling_batch_draws_with_its_own_seed(target_folder, tmp_path):
+    """The same prompts in two batches of a shard get answers of their own: each batch's generator
+    is seeded by its first row (one seed for all would deal every batch the same uniforms)."""
+    from draftverify.train.teacher import label_shards
+
+    target = TransformersModel.from_pretrained(target_folder)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=8, top_k=4, prompts_per_shard=4)
+    assert label_shards(target, ["def f(x):", "a = b"] * 2, tmp_path, teacher, log=lambda _: None) == 1
+    rows = load_shards(tmp_path)
+    assert any(not np.array_equal(rows[b][0], rows[b + 2][0]) for b in range(2))
+
+
 def test_labelling_keeps_the_features_of_every_position(target_folder, tmp_path):
     """The features read back from the labelling's cache are the target's final hidden states at
     every position of prompt and answer (a teacher-forced pass of the transformers model), rows of

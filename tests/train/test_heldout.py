@@ -4,6 +4,7 @@ overlap of the target with the draft as it decodes q positions ahead, at every a
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -57,6 +58,21 @@ def test_engine_acceptance_counts_each_drafted_position_at_most_as_often_as_the_
     assert len(shares) == 3 and all(0 <= b <= a <= 1 for a, b in zip(shares, shares[1:]))
     assert figures["steps"] >= 2 * 12 // 4  # at most L + 1 tokens a drafting step
     assert 1 <= figures["tokens_per_call"] <= 4
+
+
+def test_engine_acceptance_and_the_summaries_by_hand():
+    """Tokens per target call count every step's calls (a drafting step may make more than one), the
+    shares count drafting steps only; a summary's standard error is the sample deviation over the
+    square root of the count."""
+    from draftverify.train.heldout import _summary
+
+    steps = [SimpleNamespace(committed=1, target_calls=1, drafted=0, accepted=0), SimpleNamespace(committed=3, target_calls=1, drafted=3, accepted=2),
+             SimpleNamespace(committed=1, target_calls=2, drafted=3, accepted=0)]
+    figures = engine_acceptance([SimpleNamespace(steps=steps)], 3)
+    assert figures == {"accepted_at": [0.5, 0.5, 0.0], "tokens_per_call": 5 / 4, "steps": 2}
+    summary = _summary(torch.tensor([0.0, 1.0, 0.0, 1.0]))
+    assert summary["mean"] == 0.5 and summary["positions"] == 4
+    assert summary["stderr"] == pytest.approx((1 / 3) ** 0.5 / 2)  # deviation sqrt(1/3) (n - 1), over sqrt(4)
 
 
 def test_a_step_starts_where_its_first_token_is_predicted_and_every_draft_is_scored_there():
