@@ -316,19 +316,26 @@ def test_the_learning_rate_warms_up_linearly_then_falls_by_a_cosine_to_a_tenth()
     assert rates[0, 0] == pytest.approx(2.0) and rates[0, 50] == pytest.approx(1.1) and rates[0, 100] == pytest.approx(0.2)
 
 
+def _labelled_feature_rows(target_folder, tmp_path, monkeypatch, repeats: int = 2, new_tokens: int = 5):
+    """Label ``repeats`` copies of two chat prompts with the tiny target (features kept, shards in
+    ``tmp_path/work/teacher``): the target and the rows a feature head trains on."""
+    from draftverify.train import draft_pipeline
+    from draftverify.train.feature_draft import load_feature_rows
+
+    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * repeats)
+    teacher = TeacherConfig(batch_size=2, max_new_tokens=new_tokens, top_k=4, prompts_per_shard=4)
+    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
+                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    return TransformersModel.from_pretrained(target_folder), load_feature_rows(tmp_path / "work" / "teacher")
+
+
 def _one_step_each(target_folder, tmp_path, monkeypatch, **settings):
     """For each of ``settings`` (a name: the FeatureDraftConfig fields it sets), one training step of
     a new feature head on labelled answers, the same head, batch and noise: (logged figures, how far
     ``fc`` moved) by name."""
-    from draftverify.train import draft_pipeline
-    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
+    from draftverify.train.feature_draft import new_head, train_feature_head
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
-    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
-                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
-    target = TransformersModel.from_pretrained(target_folder)
-    rows = load_feature_rows(tmp_path / "work" / "teacher")
+    target, rows = _labelled_feature_rows(target_folder, tmp_path, monkeypatch)
     done = {}
     for name, fields in settings.items():
         config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-3, warmup=0, unroll=2,
@@ -359,17 +366,12 @@ def test_a_step_on_stored_normalizers_is_the_step_on_the_whole_output_layer(targ
     """The pipeline stores each shard's normalizers; one training step with them logs the losses of
     the step that computes the whole output layer and moves the weights alike, to float32 rounding;
     normalizers that do not match the rows are refused."""
-    from draftverify.train import draft_pipeline
-    from draftverify.train.feature_draft import load_feature_rows, load_normalizers, new_head, train_feature_head
+    from draftverify.train.feature_draft import load_normalizers, new_head, train_feature_head
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
-    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
-                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    target, rows = _labelled_feature_rows(target_folder, tmp_path, monkeypatch)
     shards = tmp_path / "work" / "teacher"
     assert (shards / "normalizers-00000.npy").exists()
-    target = TransformersModel.from_pretrained(target_folder)
-    rows, normalizers = load_feature_rows(shards), load_normalizers(shards)
+    normalizers = load_normalizers(shards)
     config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=2, steps=1, lr=1e-3, warmup=0, unroll=2, calibration=0)
     done = []
     shifted = [n + 0.5 for n in normalizers]  # read, not ignored: labels scaled by exp(-0.5) move the losses
@@ -395,15 +397,9 @@ def test_a_feature_run_resumed_from_its_checkpoint_trains_as_an_uninterrupted_on
     """Three steps in one run, and one step then two more resumed from the checkpoint, land on the
     same weights: each step's gradient is its own (a gradient left from the step before, which the
     resumed run does not have, moves them elsewhere) and its batch and noise are drawn by step."""
-    from draftverify.train import draft_pipeline
-    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
+    from draftverify.train.feature_draft import new_head, train_feature_head
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 2)
-    teacher = TeacherConfig(batch_size=2, max_new_tokens=5, top_k=4, prompts_per_shard=4)
-    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
-                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
-    target = TransformersModel.from_pretrained(target_folder)
-    rows = load_feature_rows(tmp_path / "work" / "teacher")
+    target, rows = _labelled_feature_rows(target_folder, tmp_path, monkeypatch)
     settings = dict(vocab=12, bucket=4, batch_size=2, lr=1e-2, warmup=0, unroll=2, calibration=0, checkpoint_every=1)
     whole = new_head(target.model, rows, FeatureDraftConfig(steps=3, **settings))
     start = whole.fc.weight.detach().clone()
@@ -428,16 +424,10 @@ def test_a_steps_logged_acceptance_is_the_heads_teacher_forced_acceptance_on_its
     three passes it is the mean of the passes, within the range of the drafted-ahead acceptances."""
     import copy
 
-    from draftverify.train import draft_pipeline
-    from draftverify.train.feature_draft import load_feature_rows, new_head, train_feature_head
+    from draftverify.train.feature_draft import new_head, train_feature_head
     from draftverify.train.heldout import ahead_acceptance
 
-    monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * 4)
-    teacher = TeacherConfig(batch_size=2, max_new_tokens=6, top_k=4, prompts_per_shard=4)
-    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
-                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
-    target = TransformersModel.from_pretrained(target_folder)
-    rows = load_feature_rows(tmp_path / "work" / "teacher")
+    target, rows = _labelled_feature_rows(target_folder, tmp_path, monkeypatch, repeats=4, new_tokens=6)
     for unroll in (1, 3):
         config = FeatureDraftConfig(vocab=12, bucket=4, batch_size=3, steps=1, warmup=0, noise=0.0, unroll=unroll,
                                     calibration=0)
