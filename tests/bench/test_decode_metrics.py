@@ -68,8 +68,8 @@ def _record(method, accepted, tokens, seconds, target_calls, prompt, length=3, t
                 tokens=list(tokens), seconds=seconds, arrivals=[seconds * (i + 1) / len(tokens) for i in range(len(tokens))],
                 counts=[1] * len(tokens), accepted=accepted or [0] * len(tokens), target_calls=target_calls,
                 draft_calls=length * len(accepted) if accepted else 0, target_seconds=seconds / 2,
-                draft_seconds=draft_seconds, verify_seconds=0.0, heap_peak=heap_peak, weights=0, ot_solves=0, ot_fallbacks=0,
-                text=" ".join(map(str, tokens)))
+                draft_seconds=draft_seconds, verify_seconds=0.0, heap_peak=heap_peak, weights=0, ot_solves=0,
+                ot_fallbacks=0, text=" ".join(map(str, tokens)))
 
 
 def test_summary_of_hand_built_runs():

@@ -324,8 +324,8 @@ def _labelled_feature_rows(target_folder, tmp_path, monkeypatch, repeats: int = 
 
     monkeypatch.setattr(draft_pipeline, "chat_prompts", lambda split, seed, root=None: ["def f(x):", "a = b"] * repeats)
     teacher = TeacherConfig(batch_size=2, max_new_tokens=new_tokens, top_k=4, prompts_per_shard=4)
-    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0,
-                teacher=teacher, draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
+    train_draft(target_folder, tmp_path / "work", tmp_path / "out", label_minutes=1, train_minutes=0, teacher=teacher,
+                draft=FeatureDraftConfig(vocab=12, bucket=4, steps=1, calibration=0), log=lambda _: None)
     return TransformersModel.from_pretrained(target_folder), load_feature_rows(tmp_path / "work" / "teacher")
 
 

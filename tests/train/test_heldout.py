@@ -66,13 +66,14 @@ def test_engine_acceptance_and_the_summaries_by_hand():
     square root of the count."""
     from draftverify.train.heldout import _summary
 
-    steps = [SimpleNamespace(committed=1, target_calls=1, drafted=0, accepted=0), SimpleNamespace(committed=3, target_calls=1, drafted=3, accepted=2),
+    steps = [SimpleNamespace(committed=1, target_calls=1, drafted=0, accepted=0),
+             SimpleNamespace(committed=3, target_calls=1, drafted=3, accepted=2),
              SimpleNamespace(committed=1, target_calls=2, drafted=3, accepted=0)]
     figures = engine_acceptance([SimpleNamespace(steps=steps)], 3)
     assert figures == {"accepted_at": [0.5, 0.5, 0.0], "tokens_per_call": 5 / 4, "steps": 2}
     summary = _summary(torch.tensor([0.0, 1.0, 0.0, 1.0]))
     assert summary["mean"] == 0.5 and summary["positions"] == 4
-    assert summary["stderr"] == pytest.approx((1 / 3) ** 0.5 / 2)  # deviation sqrt(1/3) (n - 1), over sqrt(4)
+    assert summary["stderr"] == pytest.approx((1 / 3) ** 0.5 / 2)  # sample deviation sqrt(1/3), over sqrt(4)
 
 
 def test_a_step_starts_where_its_first_token_is_predicted_and_every_draft_is_scored_there():

@@ -438,7 +438,8 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
     figures: dict = {"step": step}  # a run resumed at its last step trains no more
     began = time.time()
     while step < config.steps and (deadline is None or time.time() < deadline):
-        order = np.random.default_rng(config.seed * 100_003 + step).choice(len(rows), config.batch_size, replace=False)
+        draw = config.seed * 100_003 + step  # the step's batch and noise are drawn by step: a resumed run draws alike
+        order = np.random.default_rng(draw).choice(len(rows), config.batch_size, replace=False)
         embedded, kept, valid, where = _batch(rows, order.tolist(), embedding)
         set_learning_rate(optimizer, config.lr, step, config.warmup, config.steps)
         features = kept[..., :width]  # [B, S, E]: the target's final features, what f^ regresses to
@@ -446,15 +447,15 @@ def train_feature_head(head: FeatureHead, target, rows, config: FeatureDraftConf
         target_probs = target_laws(output, features[where[:, 0], where[:, 1]], head.vocab, lse)  # [N, N_vocab]
         with torch.autocast("cpu", torch.bfloat16, enabled=config.precision == "bfloat16"):
             previous = F.pad(head.fused(kept)[:, :-1], (0, 0, 1, 0))  # [B, S, E]: g_{j-1} (f_{j-1} unfused), g_{-1} = 0
-            noise = torch.randn(previous.shape, generator=torch.Generator().manual_seed(config.seed * 100_003 + step))
-            previous = previous + config.noise * scale * noise.to(previous.dtype)  # drawn by step: a resumed run draws alike
+            noise = torch.randn(previous.shape, generator=torch.Generator().manual_seed(draw))
+            previous = previous + config.noise * scale * noise.to(previous.dtype)
             passes = [predicted.float() for predicted in draft_passes(head, embedded, previous, config.unroll)]
         regression = cross_entropy = variation = 0.0
         for predicted in passes:  # [B, S, E] each
             losses = subset_losses(head.head(predicted[where[:, 0], where[:, 1]]), target_probs, config.bucket)
             regression = regression + F.smooth_l1_loss(predicted[valid], features[valid]) / config.unroll
             cross_entropy, variation = cross_entropy + losses[0] / config.unroll, variation + losses[1] / config.unroll
-        optimizer.zero_grad(set_to_none=True)  # its own gradient (stages 7-19 ran without: each step's was added to the last one's clipped)
+        optimizer.zero_grad(set_to_none=True)  # this step's gradient alone (stages 7-19 ran without this line)
         (config.regression * regression + cross_entropy + variation).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
