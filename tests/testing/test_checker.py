@@ -177,3 +177,40 @@ def test_inconclusive_exactly_when_the_detectable_tv_exceeds_the_stated_one():
     above = check_exactness("sd", draft_length=1, num_tokens=2, samples=400, seed=3, detect_tv=1.01 * tv)
     assert below.detectable_tv == above.detectable_tv == tv and below.p_value == above.p_value == report.p_value
     assert below.status == INCONCLUSIVE and above.status == PASSED, (below, above)
+
+
+def test_a_cell_of_expected_count_exactly_five_is_a_bin_of_its_own():
+    # 100 samples: expected counts 45, 45, 5, 5 (Cochran's rule is >= 5): four bins, three degrees
+    # of freedom; pooled as "rare", the last two would leave two bins
+    law = np.array([0.45, 0.45, 0.05, 0.05])
+    assert goodness_of_fit(np.array([45.0, 45.0, 5.0, 5.0]), law)[2] == 3
+
+
+class ZerosOnly:
+    """Commits token 0 at every call and accepts nothing: a law far from the target's, with known
+    counters (every verify call a rejection, one token a call)."""
+
+    def verify(self, draft_tokens, draft_probs, target_probs, generator=None, state=None):
+        from draftverify.verify.base import VerifyResult
+
+        return VerifyResult([0], 0, 0, None)
+
+
+def test_the_report_counts_what_the_decoding_did():
+    pair = random_pair(vocab_size=3, order=2, seed=1)
+    report = check_exactness(ZerosOnly(), pair, draft_length=2, num_tokens=3, samples=300)
+    assert report.status == FAILED
+    # every sample is 000: the empirical law is a point mass, at TV 1 - T(000) from the target's
+    assert report.tv == pytest.approx(1 - pair.target.law(3)[0, 0, 0])
+    assert (report.acceptance_rate, report.mean_accepted, report.tokens_per_call) == (0.0, 0.0, 1.0)
+
+
+def test_a_verify_call_that_commits_nothing_is_refused():
+    class CommitsNothing:
+        def verify(self, draft_tokens, draft_probs, target_probs, generator=None, state=None):
+            from draftverify.verify.base import VerifyResult
+
+            return VerifyResult([], 0, 0, None)
+
+    with pytest.raises(ValueError, match="committed no token"):
+        check_exactness(CommitsNothing(), samples=2)

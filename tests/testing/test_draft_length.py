@@ -96,3 +96,45 @@ def test_an_ar_step_that_ignored_the_target_would_be_caught(pair, monkeypatch):
     monkeypatch.setattr(checker, "_call", from_the_draft)
     law = exact_sequence_law(get_verifier("sd"), pair, draft_length=sometimes_ar(), num_tokens=NUM_TOKENS)
     assert np.abs(law - pair.target.law(NUM_TOKENS)).max() > 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternating:
+    """L = 3, 1, 3, 1, ... from the call count alone: a shortening policy, legal for sd and bv."""
+
+    max_length: int = 3
+
+    def initial(self) -> int:
+        return 0
+
+    def choose(self, state: int) -> int:
+        return 3 if state % 2 == 0 else 1
+
+    def update(self, state: int, draft_length: int, accepted: int, seconds: None) -> int:
+        return state + 1
+
+
+def test_gbv_keeps_its_pending_modification_under_a_shortening_policy(pair):
+    """gbv's modification after an L = 3 call can span 2 positions; the loop drafts at least that
+    many (ModificationStack.min_draft_length) even where the policy asks for 1, and the law holds."""
+    law = exact_sequence_law(get_verifier("gbv"), pair, draft_length=Alternating(), num_tokens=NUM_TOKENS + 1)
+    assert np.abs(law - pair.target.law(NUM_TOKENS + 1)).max() < 1e-12
+    assert check_exactness("gbv", pair, draft_length=Alternating(), num_tokens=NUM_TOKENS, samples=3000).passed()
+
+
+def test_gbv_refuses_a_call_shorter_than_its_pending_modification(pair):
+    """What the minimum above guards: called at L = 1 with a 2-position modification pending, gbv
+    raises rather than verify part of it."""
+    from draftverify.testing import draw_drafts
+    from draftverify.verify.modifications import ModificationStack
+
+    verifier, generator, rng = get_verifier("gbv"), torch.Generator().manual_seed(0), np.random.default_rng(0)
+    for _ in range(200):
+        result = verifier.verify(*draw_drafts(pair, [], 1, 3, rng), generator=generator)
+        if ModificationStack.min_draft_length(result.state) >= 2:
+            break
+    else:
+        pytest.fail("no call left a modification of 2 positions pending")
+    prefix = list(result.tokens)
+    with pytest.raises(ValueError, match="keep the draft length"):
+        verifier.verify(*draw_drafts(pair, prefix, 1, 1, rng), generator=generator, state=result.state)
