@@ -1,5 +1,5 @@
 """The classifier: ROC/AUC against brute force, training with early stopping, persistence, labels,
-features (log D(x), entropy, the hidden-state hook) and the training data's four prefix kinds."""
+features (log D(x), entropy, the hidden-state hook). The training data: test_data.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from draftverify.approx import FeatureSpec, HiddenStateTap, LinearClassifier, build_features, labels_for, roc_curve, train_classifier
-from draftverify.approx.data import PREFIX_KINDS, collect
-from tests.factories import tiny_pair
 
 
 def brute_force_auc(scores, labels) -> float:
@@ -102,15 +100,6 @@ def test_features_by_hand():
         build_features(FeatureSpec(), torch.tensor([1, 0]), probs)
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    target, draft = tiny_pair(30, seeds=(1, 2), dtype=torch.float32)
-    with torch.no_grad():
-        target.model.transformer.wte.weight.mul_(30)
-        draft.model.transformer.wte.weight.mul_(30)
-    return target, draft
-
-
 def test_hidden_state_tap_is_the_output_layer_input(tiny):
     _, draft = tiny
     tap = HiddenStateTap(draft)
@@ -121,20 +110,6 @@ def test_hidden_state_tap_is_the_output_layer_input(tiny):
     with torch.inference_mode():
         torch.testing.assert_close(draft.model.lm_head(tap.last), logits)
     assert not draft.model.lm_head._forward_hooks  # removed on exit
-
-
-def test_collect_equal_shares_and_true_ratios(tiny):
-    target, draft = tiny
-    rng = np.random.default_rng(0)
-    documents = [rng.integers(0, 30, size=40).tolist() for _ in range(5)]
-    data = collect(target, draft, documents, sequences_per_kind=3, prefix_length=5, positions=4, batch_size=2, seed=3)
-    assert len(data) == 4 * 3 * 4 and np.bincount(data.kind).tolist() == [12] * len(PREFIX_KINDS)
-    assert data.hidden.shape == (48, 16) and len(np.unique(data.group)) == 12
-    assert np.all(np.isfinite(data.features(FeatureSpec()))) and np.all(data.ratio > 0)
-    again = collect(target, draft, documents, sequences_per_kind=3, prefix_length=5, positions=4, batch_size=2, seed=3)
-    np.testing.assert_array_equal(again.ratio, data.ratio)
-    with pytest.raises(ValueError, match="no document"):
-        collect(target, draft, documents, sequences_per_kind=1, prefix_length=50, positions=4)
 
 
 def test_get_verifier_loads_the_shipped_classifier_as_the_command_line_does(tmp_path):
