@@ -90,8 +90,9 @@ def test_measure_acceptance_by_hand(lms):
     generator; every position's 1 - TV against the draft's and the n-gram's rows, pooled."""
     target, draft = lms
     tokenizer = char_tokenizer("abcd")  # ids 0..5: <eos>, <unk>, a, b, c, d
-    ngram = NGramDrafter.train([[2, 3, 4, 5, 0, 3, 3, 2]], vocab_size=6, order=2)
-    prompts, num_tokens, context = ["ab", "dcbadcba"], 3, 8  # the second keeps its last 5 tokens
+    # bigrams seen twice and thrice: a discount below 1, so the rows differ by context
+    ngram = NGramDrafter.train([[2, 3, 4, 2, 3, 4, 2, 3, 5, 0, 3, 3, 2]], vocab_size=6, order=2)
+    prompts, num_tokens, context = ["ab", "dcbadcba"], 4, 9  # the second keeps its last 5 tokens
     result = measure_acceptance(target, {"small": draft}, ngram, tokenizer, prompts, num_tokens, context, seed=7)
     generator = torch.Generator().manual_seed(7)
     small, grams = [], []
@@ -107,28 +108,34 @@ def test_measure_acceptance_by_hand(lms):
 
 
 class Clocked:
-    """A model whose every call takes ``seconds`` on the fake clock; it returns a cache to pass on."""
+    """A model whose calls take ``seconds[round]`` each on the fake clock, a round being a prefill
+    and ``steps`` one-token calls; it returns a cache to pass on."""
 
-    def __init__(self, clock: list[float], seconds: float):
-        self.clock, self.seconds, self.calls = clock, seconds, []
+    def __init__(self, clock: list[float], seconds: tuple[float, ...], steps: int):
+        self.clock, self.seconds, self.steps, self.calls = clock, seconds, steps, []
 
     def __call__(self, input_ids, cache=None, use_cache=True):
-        self.clock[0] += self.seconds
+        self.clock[0] += self.seconds[len(self.calls) // (self.steps + 1)]
         self.calls.append((input_ids.shape[1], cache))
         return type("Out", (), {"cache": len(self.calls)})()
 
 
 def test_latency_is_the_median_per_token_step_after_the_prefill(monkeypatch):
-    """On a fake clock: the prefill's time is not counted, each step is one token fed with the
-    previous call's cache, the n-gram's is one context per call; milliseconds per token."""
-    clock = [0.0]
+    """On a fake clock whose third round is slow: the prefill's time is not counted, each step is
+    one token fed with the previous call's cache, the n-gram's is one context per call; the median
+    round's milliseconds per token."""
+    clock, prefix, steps = [0.0], 32, 16  # min(128, 64 // 2), min(32, 64 // 4)
     monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
-    slow, fast = Clocked(clock, 0.004), Clocked(clock, 0.001)
-    ngram = type("Grams", (), {"vocab_size": 6, "next_token_probs": lambda self, rows: clock.__setitem__(
-        0, clock[0] + 0.0005 * len(rows))})()
+    slow, fast = Clocked(clock, (0.004, 0.005, 0.04), steps), Clocked(clock, (0.001, 0.001, 0.01), steps)
+    grams = []
+
+    def next_token_probs(rows):
+        clock[0] += (0.0005, 0.0005, 0.005)[len(grams) // steps] * len(rows)
+        grams.append(rows)
+
+    ngram = type("Grams", (), {"vocab_size": 6, "next_token_probs": staticmethod(next_token_probs)})()
     latency = measure_latency({"slow": slow, "fast": fast}, ngram, context=64, rounds=3)
-    assert latency == pytest.approx({"slow": 4.0, "fast": 1.0, "ngram": 0.5})
-    prefix, steps = 32, 16  # min(128, 64 // 2), min(32, 64 // 4)
+    assert latency == pytest.approx({"slow": 5.0, "fast": 1.0, "ngram": 0.5})
     assert slow.calls[0][0] == prefix and all(width == 1 for width, _ in slow.calls[1 : steps + 1])
     assert [cache for _, cache in slow.calls[1 : steps + 1]] == list(range(1, steps + 1))
-    assert len(slow.calls) == 3 * (steps + 1)
+    assert len(slow.calls) == 3 * (steps + 1) and len(grams) == 3 * steps
