@@ -43,7 +43,10 @@ def test_a_full_context_ends_with_reason_context_and_keeps_the_tokens(models):
     decoder.context = 14  # reached anyway (the check up front passed a longer context)
     reasons = {}
     while not decoder.done:
+        before = {p: len(decoder.committed[p]) for p in decoder.active}
         for row in decoder.step():
+            if before[row.index] >= 14:  # full: ends at once, committing nothing more
+                assert row.tokens == [] and row.finish_reason == "context", (before, row)
             if row.finish_reason is not None:
                 reasons[row.index] = row.finish_reason
     assert reasons == {0: "context", 1: "context"}

@@ -166,6 +166,9 @@ def test_engine_law_with_a_length_per_prompt(pair, method, num_drafts):
                              draft_length=HeuristicDraftLength(1, 3, 2), max_new_tokens=NUM_TOKENS, seed=4)
     assert any(len({r.steps[i].draft_length for r in results if len(r.steps) > i}) > 1 for i in (1, 2))  # ragged steps
     assert {s.draft_length for r in results for s in r.steps} == {1, 2, 3}
+    k = num_drafts or 1  # each row counts its own L, though every row drafted the step's longest
+    assert all(s.drafted == k * s.draft_length and s.verified == k * (s.draft_length + 1)
+               for r in results for s in r.steps)
     law = conditional_law(pair.target, [1], NUM_TOKENS)
     assert goodness_of_fit(sequence_counts(results, NUM_TOKENS), law)[0] > THRESHOLD
 
